@@ -1,0 +1,1 @@
+"""The lab's shared code: params, data, the measurement harness, reports."""

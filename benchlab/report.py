@@ -1,0 +1,141 @@
+"""The matrix's results in one table: speedups, memory, loss checks, and plots.
+
+Only variants named in params.yaml are read, in that order, so a variant
+removed from params leaves no stale row. Results measured in different
+environments are refused unless allowed: their ratios would mean nothing.
+"""
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from benchlab import stats
+from benchlab.errors import LabError
+
+# (column, key in the row, format) for the markdown table.
+COLUMNS: list[tuple[str, str, str]] = [
+    ("variant", "variant", "s"),
+    ("status", "status", "s"),
+    ("tokens/s", "tokens_per_sec", ",.0f"),
+    ("95% CI tokens/s", "tokens_per_sec_ci95", "s"),
+    ("speedup", "speedup_x", ".2f"),
+    ("significant", "significant", "s"),
+    ("step ms median", "step_ms_median", ".2f"),
+    ("p10", "step_ms_p10", ".2f"),
+    ("p90", "step_ms_p90", ".2f"),
+    ("peak alloc MiB", "peak_mem_allocated_mb", ",.0f"),
+    ("peak reserved MiB", "peak_mem_reserved_mb", ",.0f"),
+    ("peak RSS MiB", "peak_rss_mb", ",.0f"),
+    ("memory vs base %", "mem_change_pct", "+.1f"),
+    ("MFU %", "mfu_pct", ".1f"),
+    ("warm-up s", "warmup_s", ".1f"),
+    ("train loss", "final_train_loss", ".4f"),
+    ("val loss", "val_loss", ".4f"),
+    ("val ppl", "val_perplexity", ".1f"),
+    ("loss ok", "loss_ok", "s"),
+    ("notes", "notes", "s"),
+]
+ENV_KEYS = ("env.gpu", "env.driver", "env.cuda", "env.torch", "env.python", "env.cpu", "env.torch_threads")
+
+
+def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any]]:
+    """Each named variant's result; a missing or unreadable one is an error naming its stage."""
+    out = []
+    for name in names:
+        path = Path(result_dir) / f"{name}.json"
+        if not path.is_file():
+            raise LabError(f"{path} is missing; run `dvc repro bench@{name}`")
+        try:
+            out.append(json.loads(path.read_text()))
+        except json.JSONDecodeError as err:
+            raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f bench@{name}`") from None
+    return out
+
+
+def env_of(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: result.get(k) for k in ENV_KEYS}
+
+
+def check_one_env(results: list[dict[str, Any]], allow_mixed: bool) -> None:
+    """Refuse a table whose rows were measured on different machines or software."""
+    first = env_of(results[0])
+    for r in results[1:]:
+        if env_of(r) != first and not allow_mixed:
+            diff = {k: (first[k], r.get(k)) for k in ENV_KEYS if first[k] != r.get(k)}
+            raise LabError(
+                f"{r['variant']} was measured in another environment than {results[0]['variant']} ({diff}); "
+                "rerun the matrix on one machine, or set aggregate.allow_mixed_env=true to compare anyway"
+            )
+
+
+def _ci(r: dict[str, Any]) -> tuple[float, float] | None:
+    low, high = r.get("tokens_per_sec_ci95_low"), r.get("tokens_per_sec_ci95_high")
+    return (low, high) if low is not None and high is not None else None
+
+
+def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float) -> list[dict[str, Any]]:
+    """One row per variant, compared with the baseline's row."""
+    base = next((r for r in results if r["variant"] == baseline), None)
+    base_ok = base is not None and base["status"] == "ok"
+    rows = []
+    for r in results:
+        row = {k: r.get(k) for _, k, _ in COLUMNS if k in r}
+        row.update({"variant": r["variant"], "status": r["status"], "notes": r.get("message", "")})
+        ci = _ci(r)
+        row["tokens_per_sec_ci95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
+        row["speedup_x"] = row["mem_change_pct"] = row["significant"] = row["loss_ok"] = None
+        if r["status"] == "ok" and base_ok:
+            assert base is not None
+            row["speedup_x"] = r["tokens_per_sec"] / base["tokens_per_sec"]
+            mem, base_mem = _mem(r), _mem(base)
+            if mem is not None and base_mem:
+                row["mem_change_pct"] = 100.0 * (mem - base_mem) / base_mem
+            sep = stats.separated(ci, _ci(base))
+            row["significant"] = None if sep is None or r is base else ("yes" if sep else "no")
+            gap = abs(r["val_loss"] - base["val_loss"])
+            row["loss_ok"] = "yes" if gap <= tolerance else f"NO ({gap:.3f} > {tolerance})"
+        if r["status"] == "ok":
+            warnings = []
+            if not r.get("steady_state_ok", True):
+                warnings.append(f"timed halves differ by {r['steady_gap_pct']:.1f}%: not steady")
+            if r.get("leak_suspected"):
+                warnings.append(f"memory grew {r['mem_growth_mb']:.1f} MiB over the timed steps")
+            if r.get("fp16_skipped_steps"):
+                warnings.append(f"GradScaler skipped {r['fp16_skipped_steps']} steps")
+            row["notes"] = "; ".join(warnings)
+        rows.append(row)
+    return rows
+
+
+def _mem(r: dict[str, Any]) -> float | None:
+    """The memory figure rows are compared on: CUDA peak allocated, else CPU peak RSS."""
+    return r.get("peak_mem_allocated_mb") if r.get("peak_mem_allocated_mb") is not None else r.get("peak_rss_mb")
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or value == "":
+        return "" if value == "" else "–"
+    if spec == "s":
+        return str(value)
+    return format(value, spec)
+
+
+def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    """A GitHub markdown table, with the environment it was measured on above it."""
+    used = [c for c in COLUMNS if any(row.get(c[1]) not in (None, "") for row in rows) or c[1] == "variant"]
+    table = [[_fmt(row.get(key), spec) for _, key, spec in used] for row in rows]
+    where = ", ".join(f"{k.removeprefix('env.')}: {v}" for k, v in env.items() if v is not None)
+    return f"Measured on {where}.\n\n" + tabulate(table, headers=[c[0] for c in used], tablefmt="github") + "\n"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    keys = [key for _, key, _ in COLUMNS]
+    writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

@@ -1,0 +1,126 @@
+"""A variant's repeats turned into one flat result record with units in its keys."""
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from benchlab import stats
+from benchlab.config import Params, RunSettings
+from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
+from benchlab.runner import RunRecord
+from model.gpt import GPTConfig
+
+# Leak check: memory held after the last timed step may exceed that after the
+# first by this much before we flag it (allocator and RSS jitter stay below).
+LEAK_MB = 8.0
+LEAK_FRACTION = 0.02
+
+
+def flat(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys: result files stay flat."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            out.update(flat(name, value))
+        else:
+            out[name] = value
+    return out
+
+
+def resolved_params(p: Params, settings: RunSettings) -> dict[str, Any]:
+    """The params this run actually used, the variant's settings in place of the top level."""
+    d = asdict(p)
+    d.update(asdict(settings))
+    for unused in ("variants", "aggregate", "profile"):
+        d.pop(unused)
+    return flat("params", d)
+
+
+def base_record(name: str, p: Params, settings: RunSettings, device: str, env: dict, prov: dict) -> dict[str, Any]:
+    return {
+        "variant": name,
+        "device": device,
+        **asdict(settings),
+        "model": p.model,
+        "batch_size": p.train.batch_size,
+        "block_size": p.train.block_size,
+        "tokens_per_step": p.train.batch_size * p.train.block_size,
+        **flat("env", env),
+        **{f"provenance.{k}": v for k, v in prov.items() if k != "argv"},
+        **resolved_params(p, settings),
+    }
+
+
+def skipped_record(base: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {**base, "status": "skipped", "message": reason, "repeats": 0}
+
+
+def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig, n_params: int,
+                    steady_tolerance: float) -> dict[str, Any]:
+    """Statistics across repeats; a failed repeat makes the whole variant failed."""
+    failed = next((r for r in runs if r.status != "ok"), None)
+    first = runs[0]
+    out = {**base, "repeats": len(runs), "steps": len(first.step_ms) or len(first.losses),
+           "warmup_steps": first.warmup_steps}
+    if failed is not None:
+        return {**out, "status": failed.status, "message": failed.message, "diverged_step": failed.diverged_step}
+    tokens = base["tokens_per_step"]
+    medians = [stats.describe(r.timed_ms)["median"] for r in runs]
+    tps = [tokens / (m / 1000.0) for m in medians]
+    pooled = stats.describe([t for r in runs for t in r.timed_ms])
+    tps_ci, ms_ci = stats.t_interval(tps), stats.t_interval(medians)
+    gaps = [stats.halves_gap(r.timed_ms) for r in runs]
+    growth = max(r.mem_growth_mb or 0.0 for r in runs)
+    peak = max((r.memory.get("peak_mem_allocated_mb") or r.memory.get("peak_rss_mb") or 0.0) for r in runs)
+    fpt = flops_per_token(cfg, n_params, base["block_size"])
+    peak_tf = peak_tflops(base.get("env.gpu")) if base.get("env.cuda_available") and base.get("device") == "cuda" else None
+    tps_median = stats.describe(tps)["median"]
+    vals = [r.val_loss for r in runs if r.val_loss is not None]
+    out.update({
+        "status": "ok",
+        "message": "",
+        "timed_steps": len(first.timed_ms),
+        "tokens_per_sec": tps_median,
+        "tokens_per_sec_mean": stats.describe(tps)["mean"],
+        "tokens_per_sec_ci95_low": tps_ci[0] if tps_ci else None,
+        "tokens_per_sec_ci95_high": tps_ci[1] if tps_ci else None,
+        "tokens_per_sec_cv_pct": stats.describe(tps)["cv_pct"] if len(tps) > 1 else None,
+        "repeat_tokens_per_sec": tps,
+        "step_ms_median": stats.describe(medians)["median"],
+        "step_ms_ci95_low": ms_ci[0] if ms_ci else None,
+        "step_ms_ci95_high": ms_ci[1] if ms_ci else None,
+        "step_ms_p10": pooled["p10"],
+        "step_ms_p90": pooled["p90"],
+        "step_ms_cv_pct": pooled["cv_pct"],
+        "steady_gap_pct": 100.0 * max(gaps),
+        "steady_state_ok": max(gaps) <= steady_tolerance,
+        **{k: _max_or_none(runs, k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb")},
+        "mem_growth_mb": growth,
+        "leak_suspected": growth > max(LEAK_MB, LEAK_FRACTION * peak),
+        "first_step_ms": first.first_step_ms,
+        "warmup_s": first.warmup_s,
+        "flops_per_token": fpt,
+        "peak_tflops": peak_tf,
+        "mfu_pct": mfu_pct(tps_median, fpt, peak_tf),
+        "final_train_loss": first.losses[-1],
+        "val_loss": vals[0],
+        "val_perplexity": math.exp(vals[0]),
+        "val_loss_repeat_spread": max(vals) - min(vals),
+        "fp16_skipped_steps": first.skipped_steps,
+    })
+    return out
+
+
+def _max_or_none(runs: list[RunRecord], key: str) -> float | None:
+    values = [r.memory.get(key) for r in runs if r.memory.get(key) is not None]
+    return max(values) if values else None
+
+
+def steps_csv(run: RunRecord) -> str:
+    """Per-step loss, learning rate and time of one run, for DVC plots."""
+    lines = ["step,loss,lr,step_ms,timed"]
+    for i, loss in enumerate(run.losses):
+        ms = run.step_ms[i] if i < len(run.step_ms) else ""
+        lines.append(f"{i},{loss:.6f},{run.lrs[i]:.6g},{ms if ms == '' else f'{ms:.4f}'},{int(i >= run.warmup_steps)}")
+    return "\n".join(lines) + "\n"

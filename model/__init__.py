@@ -1,0 +1,5 @@
+"""A GPT-2 style decoder; see gpt.py."""
+
+from model.gpt import GPT, GPTConfig, PRESETS
+
+__all__ = ["GPT", "GPTConfig", "PRESETS"]

@@ -1,0 +1,40 @@
+"""Stage aggregate: every variant's result in one summary (JSON, markdown, CSV) and four plots."""
+
+import argparse
+from pathlib import Path
+
+from benchlab.config import load_params
+from benchlab.errors import run_main
+from benchlab.io import remove_outputs, write_json, write_text
+from benchlab.plots import make_plots
+from benchlab.report import check_one_env, env_of, load_results, markdown, summarize, to_csv
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("result_dir")
+    ap.add_argument("steps_dir")
+    ap.add_argument("summary_json")
+    ap.add_argument("summary_md")
+    ap.add_argument("summary_csv")
+    ap.add_argument("plot_dir")
+    args = ap.parse_args(argv)
+    remove_outputs(args.summary_json, args.summary_md, args.summary_csv, args.plot_dir)
+    p = load_params()
+    results = load_results(args.result_dir, list(p.variants))
+    check_one_env(results, p.aggregate.allow_mixed_env)
+    rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance)
+    make_plots(rows, Path(args.steps_dir), Path(args.plot_dir))
+    write_text(args.summary_csv, to_csv(rows))
+    write_text(args.summary_md, markdown(rows, env_of(results[0])))
+    write_json(args.summary_json, {
+        "baseline": p.aggregate.baseline,
+        "loss_tolerance": p.aggregate.loss_tolerance,
+        **{f"env.{k.removeprefix('env.')}": v for k, v in env_of(results[0]).items()},
+        **{f"{row['variant']}.{k}": v for row in rows for k, v in row.items() if k != "variant"},
+    })
+    print(markdown(rows, env_of(results[0])))
+
+
+if __name__ == "__main__":
+    run_main(main)

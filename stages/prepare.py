@@ -1,0 +1,27 @@
+"""Stage prepare: corpus -> byte-level BPE tokenizer, train/val token files, meta.json."""
+
+import argparse
+
+from benchlab.config import load_params
+from benchlab.data import prepare
+from benchlab.errors import run_main
+from benchlab.io import remove_outputs
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("out_dir", help="folder for train.bin, val.bin, tokenizer.json, meta.json")
+    args = ap.parse_args(argv)
+    p = load_params()
+    remove_outputs(args.out_dir)
+    try:
+        meta = prepare(p.data.corpus, p.data.vocab_size, p.data.val_fraction, args.out_dir)
+    except BaseException:
+        remove_outputs(args.out_dir)  # no half-written token files for DVC to record
+        raise
+    print(f"prepare: {meta['corpus_bytes']} bytes -> {meta['train_tokens']} train + {meta['val_tokens']} val tokens, "
+          f"vocab {meta['tokenizer_vocab_size']}, corpus sha256 {meta['corpus_sha256'][:12]}")
+
+
+if __name__ == "__main__":
+    run_main(main)

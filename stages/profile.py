@@ -1,0 +1,89 @@
+"""Stage profile: a torch.profiler trace and a top-kernels table for each variant in profile.variants.
+
+Each traced variant runs bench.warmup_steps untraced steps first (compilation
+and allocator warm-up stay out of the trace), then profile.steps traced ones.
+The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
+"""
+
+import argparse
+import gzip
+import shutil
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from benchlab.config import Params, load_params
+from benchlab.data import BatchStream, load_tokens
+from benchlab.errors import run_main
+from benchlab.io import atomic_path, remove_outputs, write_text
+from benchlab.optimize import resolve_device, unsupported_reason
+from benchlab.runner import build, release, train_step
+
+
+def top_kernels(prof: profile, device: torch.device, steps: int, rows: int = 25) -> str:
+    """The ops that took the most device (or CPU) time, per step."""
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    events.sort(key=lambda e: getattr(e, key), reverse=True)
+    total = sum(getattr(e, key) for e in events) or 1.0
+    lines = [f"| kernel / op | calls per step | {device.type} ms per step | share % |", "| --- | --- | --- | --- |"]
+    for e in events[:rows]:
+        t = getattr(e, key)
+        name = e.key.replace("|", "/")[:90]
+        lines.append(f"| `{name}` | {e.count / steps:.1f} | {t / 1000.0 / steps:.3f} | {100.0 * t / total:.1f} |")
+    return "\n".join(lines) + f"\n\nTotal self {device.type} time per step: {total / 1000.0 / steps:.2f} ms.\n"
+
+
+def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
+    settings = p.variants[name]
+    device = resolve_device(p.device)
+    reason = unsupported_reason(settings, device)
+    if reason:
+        write_text(out_dir / f"{name}_kernels.md", f"Not profiled on {device.type}: {reason}\n")
+        return
+    data = load_tokens(data_dir)
+    a = build(p, settings, data, device)
+    stream = BatchStream(data.train, p.train.batch_size, p.train.block_size, p.seed)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    warm, active = p.bench.warmup_steps, p.profile.steps
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
+        for _ in range(warm + active):
+            x, y = stream.next()
+            train_step(a, x.to(device), y.to(device), p.train.grad_clip)
+            prof.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    raw = out_dir / f".{name}_trace.json"
+    prof.export_chrome_trace(str(raw))
+    with atomic_path(out_dir / f"{name}_trace.json.gz") as tmp, raw.open("rb") as src, gzip.open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    title = f"# {name}: top ops by self {device.type} time\n\n{p.model}, batch {p.train.batch_size} x {p.train.block_size}, {active} traced steps after {warm} warm-up steps.\n\n"
+    write_text(out_dir / f"{name}_kernels.md", title + top_kernels(prof, device, active))
+    del a
+    release(device)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("data_dir")
+    ap.add_argument("out_dir")
+    args = ap.parse_args(argv)
+    out = Path(args.out_dir)
+    remove_outputs(out)
+    p = load_params()
+    out.mkdir(parents=True)
+    try:
+        for name in p.profile.variants:
+            trace_variant(p, name, args.data_dir, out)
+            print(f"profile: {name} -> {out}/{name}_kernels.md")
+        if not p.profile.variants:
+            write_text(out / "README.md", "No variants profiled: profile.variants in params.yaml is empty.\n")
+    except BaseException:
+        remove_outputs(out)
+        raise
+
+
+if __name__ == "__main__":
+    run_main(main)
