@@ -23,6 +23,7 @@ DeviceChoice = Literal["auto", "cpu", "cuda"]
 # Variant names are templated into a shell command by dvc.yaml (`${key}`), so
 # they must be plain identifiers: `foo;rm -rf x` never reaches a shell.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,10 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
             raise LabError(f"{key}={value!r} is not valid; expected an integer")
         return value
     if hint is float:
+        # PyYAML reads YAML 1.1, where `6e-05` (no dot, as `dvc exp run -S` writes
+        # it) is a string; accept what YAML 1.2 and Python call a number.
+        if isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise LabError(f"{key}={value!r} is not valid; expected a number")
         return float(value)

@@ -49,9 +49,7 @@ def unsupported_reason(settings: RunSettings, device: torch.device) -> str | Non
 
 def set_tf32(settings: RunSettings) -> None:
     """TF32 off only for the pure-fp32 recipe; on for tf32, and for what autocast leaves in fp32."""
-    allow = settings.precision != "fp32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:

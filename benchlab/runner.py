@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from benchlab import harness
 from benchlab.config import Params, RunSettings
@@ -95,20 +96,55 @@ def train_step(a: Applied, x: torch.Tensor, y: torch.Tensor, grad_clip: float) -
     return loss.detach()
 
 
-def _check_finite(loss: float, step: int) -> None:
-    if not math.isfinite(loss):
-        raise Diverged(step, loss)
+class LossReader:
+    """Reads each step's loss one step late, so the host never stalls the GPU queue.
+
+    On CUDA the loss is copied into pinned host memory behind an event; waiting
+    on that event waits for that step only, not for the step queued after it
+    (a plain `.item()` would, being stream-ordered). A NaN or Inf still stops
+    the run one step after it appears.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pending: tuple[int, torch.Tensor, torch.cuda.Event | None] | None = None
+        self.values: list[float] = []
+
+    def push(self, step: int, loss: torch.Tensor) -> None:
+        """Queue this step's loss, then read the previous one."""
+        if self.cuda:
+            host = torch.empty((), dtype=loss.dtype, pin_memory=True)
+            host.copy_(loss, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            entry = (step, host, event)
+        else:
+            entry = (step, loss, None)
+        self.flush()
+        self.pending = entry
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        step, value, event = self.pending
+        self.pending = None
+        if event is not None:
+            event.synchronize()
+        self.values.append(float(value.item()))
+        if not math.isfinite(self.values[-1]):
+            raise Diverged(step, self.values[-1])
 
 
-def _loop(a: Applied, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord) -> None:
+def _loop(a: Applied, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord, progress: bool) -> None:
     device = a.device
     stream = BatchStream(data.train, p.train.batch_size, p.train.block_size, p.seed)
     clock = harness.StepClock(device)
+    reader = LossReader(device)
+    rec.losses = reader.values
     scales: list[torch.Tensor] = []
     held: list[float] = []
-    pending: tuple[int, torch.Tensor] | None = None
     t_start = time.perf_counter()
-    for step in range(steps):
+    for step in tqdm(range(steps), desc="train", unit="step", disable=not progress, mininterval=2.0):
         if step == warmup:
             harness.reset_peaks(device)  # synchronizes: the warm-up is finished
             rec.warmup_s = time.perf_counter() - t_start
@@ -122,18 +158,11 @@ def _loop(a: Applied, p: Params, data: TokenData, steps: int, warmup: int, rec: 
         clock.stop()
         if a.scaler is not None:
             scales.append(a.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
-        # Read the previous step's loss now that this step is queued: the GPU
-        # never idles waiting on the host, and a NaN still stops us one step later.
-        if pending is not None:
-            rec.losses.append(pending[1].item())
-            _check_finite(rec.losses[-1], pending[0])
-        pending = (step, loss)
+        reader.push(step, loss)
         rec.lrs.append(lr)
         if step >= warmup:
             held.append(harness.current_mb(device))
-    assert pending is not None
-    rec.losses.append(pending[1].item())
-    _check_finite(rec.losses[-1], pending[0])
+    reader.flush()
     rec.step_ms = clock.times_ms()
     rec.first_step_ms = rec.step_ms[0]
     rec.memory = harness.peaks(device)
@@ -158,13 +187,13 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
 
 
 def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device,
-               steps: int, warmup: int, keep_model: bool = False) -> RunRecord:
+               steps: int, warmup: int, keep_model: bool = False, progress: bool = False) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash."""
     rec = RunRecord(status="ok", warmup_steps=warmup)
     a: Applied | None = None
     try:
         a = build(p, settings, data, device)
-        _loop(a, p, data, steps, warmup, rec)
+        _loop(a, p, data, steps, warmup, rec, progress)
         rec.val_loss = evaluate(a.model, p, data, device, a.autocast())
         if keep_model:
             rec.applied = a

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     if warmup < 1:
         raise LabError(f"train.steps={p.train.steps} is too few to time; use at least 3")
     print(f"train: model={p.model} {asdict(p.run)} on {device}, {p.train.steps} steps")
-    run = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True)
+    run = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress=True)
     if run.status != "ok":
         raise LabError(f"training stopped: {run.message}; lower train.lr or use another precision")
     assert run.applied is not None
