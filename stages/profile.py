@@ -7,6 +7,7 @@ The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 
 import argparse
 import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -18,21 +19,19 @@ from benchlab.data import BatchStream, load_tokens
 from benchlab.errors import run_main
 from benchlab.io import atomic_path, remove_outputs, write_text
 from benchlab.optimize import resolve_device, unsupported_reason
+from benchlab.profiling import kernel_markdown, kernel_summary
 from benchlab.runner import build, release, train_step
 
 
-def top_kernels(prof: profile, device: torch.device, steps: int, rows: int = 25) -> str:
-    """The ops that took the most device (or CPU) time, per step."""
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
-    events.sort(key=lambda e: getattr(e, key), reverse=True)
-    total = sum(getattr(e, key) for e in events) or 1.0
-    lines = [f"| kernel / op | calls per step | {device.type} ms per step | share % |", "| --- | --- | --- | --- |"]
+def cpu_ops_markdown(prof: profile, steps: int, rows: int = 25) -> str:
+    """On CPU there are no kernels: the ops with the most self CPU time."""
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    lines = ["| op | calls per step | self CPU ms per step | share % |", "| --- | --- | --- | --- |"]
     for e in events[:rows]:
-        t = getattr(e, key)
-        name = e.key.replace("|", "/")[:90]
-        lines.append(f"| `{name}` | {e.count / steps:.1f} | {t / 1000.0 / steps:.3f} | {100.0 * t / total:.1f} |")
-    return "\n".join(lines) + f"\n\nTotal self {device.type} time per step: {total / 1000.0 / steps:.2f} ms.\n"
+        t = e.self_cpu_time_total
+        lines.append(f"| `{e.key[:100]}` | {e.count / steps:.1f} | {t / 1000.0 / steps:.3f} | {100.0 * t / total:.1f} |")
+    return "\n".join(lines) + f"\n\nSelf CPU time: {total / 1000.0 / steps:.2f} ms per step.\n"
 
 
 def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
@@ -56,11 +55,15 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
         torch.cuda.synchronize()
     raw = out_dir / f".{name}_trace.json"
     prof.export_chrome_trace(str(raw))
+    events = json.loads(raw.read_text())["traceEvents"]
     with atomic_path(out_dir / f"{name}_trace.json.gz") as tmp, raw.open("rb") as src, gzip.open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    title = f"# {name}: top ops by self {device.type} time\n\n{p.model}, batch {p.train.batch_size} x {p.train.block_size}, {active} traced steps after {warm} warm-up steps.\n\n"
-    write_text(out_dir / f"{name}_kernels.md", title + top_kernels(prof, device, active))
+    what = "kernels by device time" if device.type == "cuda" else "ops by self CPU time"
+    title = (f"# {name}: top {what}\n\n{p.model}, batch {p.train.batch_size} x {p.train.block_size}, "
+             f"{active} traced steps after {warm} warm-up steps.\n\n")
+    table = kernel_markdown(kernel_summary(events, active)) if device.type == "cuda" else cpu_ops_markdown(prof, active)
+    write_text(out_dir / f"{name}_kernels.md", title + table)
     del a
     release(device)
 
