@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from benchlab import harness
 from benchlab.config import Params, RunSettings
-from benchlab.data import BatchStream, TokenData, eval_batches
+from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
 from benchlab.optimize import Applied, apply
 from model.gpt import GPT, GPTConfig
 
@@ -190,6 +190,8 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
                steps: int, warmup: int, keep_model: bool = False, progress: bool = False) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash."""
     rec = RunRecord(status="ok", warmup_steps=warmup)
+    check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
+    check_fits(data.val, p.train.block_size, "validation")
     a: Applied | None = None
     try:
         a = build(p, settings, data, device)

@@ -12,7 +12,7 @@ import argparse
 from benchlab.config import load_params
 from benchlab.env import environment
 from benchlab.errors import run_main
-from benchlab.io import write_json
+from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
 
 
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out", help="environment JSON")
     args = ap.parse_args(argv)
+    remove_outputs(args.out)
     p = load_params()
     device = resolve_device(p.device)
     env = {**environment(), "device": device.type}

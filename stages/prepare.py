@@ -12,8 +12,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out_dir", help="folder for train.bin, val.bin, tokenizer.json, meta.json")
     args = ap.parse_args(argv)
-    p = load_params()
     remove_outputs(args.out_dir)
+    p = load_params()
     try:
         meta = prepare(p.data.corpus, p.data.vocab_size, p.data.val_fraction, args.out_dir)
     except BaseException:

@@ -1,0 +1,64 @@
+"""Shared fixtures: a small prepared corpus and micro params, all on CPU."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlab.config import Params, build
+from benchlab.data import load_tokens, prepare
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "data" / "corpus" / "python_docs.txt"
+
+
+def micro_params(**overrides: object) -> dict:
+    """params.yaml's content, shrunk so a run takes a second or two on CPU."""
+    data = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data["data"]["vocab_size"] = 512
+    data["train"].update(batch_size=4, block_size=32, steps=12)
+    data["bench"].update(steps=6, warmup_steps=2, repeats=1)
+    data["eval"]["batches"] = 2
+    data["profile"]["steps"] = 1
+    for dotted, value in overrides.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return data
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 60 kB of the embedded corpus: real text, quick to tokenize."""
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_text(CORPUS.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def prepared(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prepared")
+    prepare(small_corpus, 512, 0.1, out)
+    return out
+
+
+@pytest.fixture()
+def tokens(prepared: Path):
+    return load_tokens(prepared)
+
+
+@pytest.fixture()
+def params() -> Params:
+    return build(Params, micro_params())
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_corpus: Path) -> Path:
+    """A scratch folder holding micro params.yaml, as the stages' working directory."""
+    shutil.copy(small_corpus, tmp_path / "corpus.txt")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(micro_params(data__corpus="corpus.txt"), sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

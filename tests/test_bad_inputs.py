@@ -1,0 +1,162 @@
+"""The battery: each bad input stops its stage with its message, exit 2, and no output left behind."""
+
+import os
+import pickle
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from benchlab.data import prepare as prepare_corpus
+from benchlab.errors import run_main
+from stages import aggregate, env, evaluate, prepare, train
+from tests.conftest import micro_params
+
+
+def set_params(**overrides: object) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        (root / "params.yaml").write_text(yaml.safe_dump(micro_params(**({"data__corpus": "corpus.txt"} | overrides)), sort_keys=False))
+    return apply
+
+
+def add_variant(name: str, settings: dict) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        data = micro_params(data__corpus="corpus.txt")
+        data["variants"][name] = settings
+        (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return apply
+
+
+def write_file(name: str, content: bytes) -> Callable[[Path], None]:
+    return lambda root: (root / name).write_bytes(content)
+
+
+class Evil:
+    """A pickle that would create a file if it were ever unpickled with full pickle."""
+
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def evil_checkpoint(root: Path) -> None:
+    (root / "models").mkdir(exist_ok=True)
+    with open(root / "models" / "model.pt", "wb") as f:
+        pickle.dump({"format": "benchlab-gpt-v1", "payload": Evil()}, f)
+
+
+def prepare_tokens(corpus: Path, vocab: int, val: float, out: Path, text_limit: int) -> None:
+    corpus.write_text(corpus.read_text()[:text_limit])
+    prepare_corpus(corpus, vocab, val, out)
+
+
+def small_data(root: Path) -> None:
+    """Token files from a 3 kB text: a validation split of about 100 tokens."""
+    set_params(model="gpt_small", train__block_size=256, train__batch_size=1)(root)
+    shutil.rmtree(root / "prep")
+    prepare_tokens(root / "corpus.txt", 300, 0.1, root / "prep", text_limit=3000)
+
+
+def foreign_checkpoint(root: Path) -> None:
+    (root / "models").mkdir(exist_ok=True)
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, root / "models" / "model.pt")
+
+
+ENV = (env.main, ["metrics/env.json"], ["metrics/env.json"])
+PREPARE = (prepare.main, ["prep"], ["prep"])
+TRAIN = (train.main, ["prep", "models/model.pt", "metrics/train.json", "plots/train.csv"],
+         ["models/model.pt", "metrics/train.json", "plots/train.csv"])
+EVALUATE = (evaluate.main, ["prep", "models/model.pt", "metrics/eval.json"], ["metrics/eval.json"])
+AGGREGATE = (aggregate.main, ["results", "steps", "s.json", "s.md", "s.csv", "plots"], ["s.json", "s.md", "s.csv", "plots"])
+
+# (case id, how to break the workspace, stage, words the message must hold)
+CASES = [
+    ("unknown top-level key", set_params(turbo=True), ENV, "unknown key 'turbo'"),
+    ("unknown nested key", set_params(train__bogus=1), ENV, "unknown key 'train.bogus'"),
+    ("unknown precision", set_params(precision="fp8"), ENV, "precision='fp8' is not valid; expected one of: fp32, tf32, fp16, bf16"),
+    ("unknown attention", set_params(attention="flash"), ENV, "expected one of: manual, sdpa"),
+    ("unknown model", set_params(model="gpt5"), ENV, "model='gpt5' is not valid; expected tiny, gpt_small, gpt2_124m, gpt2_350m"),
+    ("unknown device", set_params(device="tpu"), ENV, "expected one of: auto, cpu, cuda"),
+    ("batch size not a number", set_params(train__batch_size="abc"), ENV, "train.batch_size='abc' is not valid; expected an integer"),
+    ("zero batch size", set_params(train__batch_size=0), ENV, "train.batch_size=0 is not valid; expected a positive integer"),
+    ("negative block size", set_params(train__block_size=-8), ENV, "train.block_size=-8"),
+    ("context longer than the preset", set_params(train__block_size=256), ENV, "at most 128, the context of model=tiny"),
+    ("bool given as text", set_params(compile="yes"), ENV, "compile='yes' is not valid; expected true or false"),
+    ("negative learning rate", set_params(train__lr=-0.1), ENV, "train.lr=-0.1"),
+    ("float given as text", set_params(train__lr="fast"), ENV, "train.lr='fast' is not valid; expected a number"),
+    ("too few bench steps", set_params(bench__steps=3), ENV, "bench.steps=3 is not valid; expected at least bench.warmup_steps + 2"),
+    ("zero repeats", set_params(bench__repeats=0), ENV, "bench.repeats=0"),
+    ("validation share too large", set_params(data__val_fraction=0.9), ENV, "data.val_fraction=0.9"),
+    ("vocabulary too small", set_params(data__vocab_size=100), ENV, "data.vocab_size=100"),
+    ("shell in a variant name", add_variant("foo;rm -rf x", {}), ENV, "variants='foo;rm -rf x' is not valid"),
+    ("unknown knob in a variant", add_variant("turbo", {"precision": "bf16", "warp": 9}), ENV, "unknown key 'variants.turbo.warp'"),
+    ("baseline not a variant", set_params(aggregate__baseline="nope"), ENV, "aggregate.baseline='nope'"),
+    ("profiling an unknown variant", set_params(profile__variants=["ghost"]), ENV, "profile.variants='ghost'"),
+    ("params.yaml not YAML", write_file("params.yaml", b"train: [unclosed"), ENV, "params.yaml is not valid YAML"),
+    ("CUDA asked for, none present", set_params(device="cuda"), ENV, "torch sees no CUDA GPU"),
+    ("fp16 on CPU", set_params(precision="fp16"), TRAIN, "precision=fp16 with loss scaling needs a CUDA GPU"),
+    ("tf32 on CPU", set_params(precision="tf32"), TRAIN, "precision=tf32 is a CUDA tensor-core mode"),
+    ("context longer than the data", small_data, TRAIN, "train.block_size=256 is longer than the validation split"),
+    ("empty corpus", write_file("corpus.txt", b"  \n\n"), PREPARE, "is empty"),
+    ("binary corpus", write_file("corpus.txt", b"\x7fELF\x00\x01\x02" * 50), PREPARE, "binary, not text"),
+    ("corpus not UTF-8", write_file("corpus.txt", "caf\xe9 latin-1 text".encode("latin-1")), PREPARE, "is not UTF-8 text"),
+    ("missing corpus", set_params(data__corpus="nowhere.txt"), PREPARE, "data.corpus='nowhere.txt' does not exist"),
+    ("missing checkpoint", lambda root: None, EVALUATE, "not found; rerun `dvc repro train`"),
+    ("checkpoint that is not ours", foreign_checkpoint, EVALUATE, "is not a benchlab-gpt-v1 checkpoint"),
+    ("corrupt checkpoint", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(b"\x00garbage" * 9)), EVALUATE, "cannot be loaded safely"),
+    ("checkpoint carrying code", evil_checkpoint, EVALUATE, "cannot be loaded safely"),
+    ("variant results missing", lambda r: (r / "results").mkdir(), AGGREGATE, "is missing; run `dvc repro bench@fp32_baseline`"),
+]
+
+
+@pytest.mark.parametrize("case, breaker, stage, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepared: Path,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(prepared, workdir / "prep")
+    main, argv, outputs = stage
+    for out in outputs:  # stale outputs of an earlier run must go too
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        if not Path(out).suffix and out != "prep":
+            Path(out).mkdir(exist_ok=True)
+        elif out != "prep":
+            Path(out).write_text("stale")
+    breaker(workdir)
+    if stage is PREPARE:
+        shutil.rmtree(workdir / "prep")
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(main, argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    for out in outputs:
+        assert not Path(out).exists(), f"{out} left behind"
+    assert not (workdir / "PWNED").exists()
+
+
+def test_battery_is_at_least_25_cases() -> None:
+    assert len(CASES) >= 25
+
+
+def test_compile_without_a_compiler_is_refused(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(prepared, workdir / "prep")
+    set_params(compile=True)(workdir)
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    with pytest.raises(SystemExit):
+        run_main(train.main, TRAIN[1])
+    assert "compile=true on CPU needs a C++ compiler" in capsys.readouterr().err
+
+
+def test_truncated_tokens_stop_training_before_it_starts(workdir: Path, prepared: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(prepared, workdir / "prep")
+    data = (workdir / "prep" / "train.bin").read_bytes()
+    (workdir / "prep" / "train.bin").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SystemExit):
+        run_main(train.main, TRAIN[1])
+    err = capsys.readouterr().err
+    assert "truncated or replaced" in err and "dvc repro prepare" in err
+    assert not Path("models/model.pt").exists()

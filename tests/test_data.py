@@ -1,0 +1,94 @@
+"""prepare: a real tokenizer, deterministic output, and files checked before use."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from benchlab.data import BatchStream, eval_batches, load_tokens, prepare
+from benchlab.errors import LabError
+
+
+def test_tokenizer_round_trips_any_text(prepared: Path) -> None:
+    tok = Tokenizer.from_file(str(prepared / "tokenizer.json"))
+    for text in ["def f(x):\n    return x ** 2\n", "naïve café — ünïcödé ✓ 数字", "  spaces\t\ttabs\r\n"]:
+        assert tok.decode(tok.encode(text).ids) == text
+
+
+def test_prepare_is_deterministic(small_corpus: Path, prepared: Path, tmp_path: Path) -> None:
+    prepare(small_corpus, 512, 0.1, tmp_path)
+    for name in ("train.bin", "val.bin", "meta.json", "tokenizer.json"):
+        assert (tmp_path / name).read_bytes() == (prepared / name).read_bytes(), name
+
+
+def test_split_sizes_and_meta(prepared: Path, small_corpus: Path) -> None:
+    meta = json.loads((prepared / "meta.json").read_text())
+    total = meta["train_tokens"] + meta["val_tokens"]
+    assert meta["val_tokens"] == int(total * 0.1)
+    assert (prepared / "train.bin").stat().st_size == 2 * meta["train_tokens"]
+    assert meta["corpus_bytes"] == small_corpus.stat().st_size
+    assert meta["tokenizer_vocab_size"] == 512 and meta["dtype"] == "uint16"
+    data = load_tokens(prepared)
+    assert len(data.train) == meta["train_tokens"] and int(data.train.max()) < 512
+
+
+def test_folder_corpus_reads_txt_files_in_sorted_order(tmp_path: Path, small_corpus: Path) -> None:
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    text = small_corpus.read_text()
+    (folder / "b.txt").write_text(text[20_000:40_000])
+    (folder / "a.txt").write_text(text[:20_000])
+    (folder / "ignored.bin").write_bytes(b"\x00\x01")
+    meta = prepare(folder, 300, 0.1, tmp_path / "out")
+    assert meta["corpus_bytes"] == len(text[:40_000].encode())
+
+
+def test_batches_follow_the_seed_and_shift_targets(tokens) -> None:
+    a = BatchStream(tokens.train, 4, 16, seed=7)
+    b = BatchStream(tokens.train, 4, 16, seed=7)
+    xa, ya = a.next()
+    xb, yb = b.next()
+    assert xa.shape == (4, 16) and xa.dtype.is_floating_point is False
+    assert xa.equal(xb) and ya.equal(yb)
+    assert xa[:, 1:].equal(ya[:, :-1])  # targets are the inputs shifted by one
+    val = eval_batches(tokens.val, 2, 4, 16)
+    assert len(val) == 2 and val[0][0].shape == (4, 16)
+
+
+def _copy(prepared: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "p"
+    out.mkdir()
+    for f in prepared.iterdir():
+        (out / f.name).write_bytes(f.read_bytes())
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-10]), "truncated or replaced"),
+    (lambda d: (d / "val.bin").write_bytes(b"\x01\x00" + (d / "val.bin").read_bytes()[2:]), "corrupted or edited"),
+    (lambda d: (d / "meta.json").write_text("{not json"), "not a valid meta file"),
+    (lambda d: (d / "meta.json").unlink(), "meta.json is missing"),
+    (lambda d: (d / "train.bin").unlink(), "train.bin is missing"),
+])
+def test_damaged_token_files_say_to_rerun_prepare(prepared: Path, tmp_path: Path, damage, message: str) -> None:
+    folder = _copy(prepared, tmp_path)
+    damage(folder)
+    with pytest.raises(LabError, match=message) as err:
+        load_tokens(folder)
+    assert "dvc repro prepare" in str(err.value)
+
+
+def test_token_ids_beyond_the_vocabulary_are_caught(prepared: Path, tmp_path: Path) -> None:
+    folder = _copy(prepared, tmp_path)
+    meta = json.loads((folder / "meta.json").read_text())
+    arr = np.fromfile(folder / "val.bin", dtype=np.uint16)
+    arr[0] = 60000
+    arr.tofile(folder / "val.bin")
+    from benchlab.data import file_sha256
+
+    meta["val_sha256"] = file_sha256(folder / "val.bin")
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(LabError, match="token ids >= the vocabulary size 512"):
+        load_tokens(folder)

@@ -1,0 +1,109 @@
+"""The harness's statistics, MFU and leak/steady-state checks, against numbers worked by hand."""
+
+import math
+
+import pytest
+import torch
+
+from benchlab import stats
+from benchlab.config import RunSettings
+from benchlab.harness import StepClock
+from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
+from benchlab.results import measured_record
+from benchlab.runner import RunRecord
+from model.gpt import GPT, GPTConfig
+
+
+def test_describe_matches_hand_computed_values() -> None:
+    d = stats.describe([1.0, 2.0, 3.0, 4.0, 10.0])
+    assert d["median"] == 3.0 and d["mean"] == 4.0 and d["min"] == 1.0 and d["max"] == 10.0
+    assert d["p10"] == pytest.approx(1.4) and d["p90"] == pytest.approx(7.6)  # linear interpolation
+    assert d["std"] == pytest.approx(math.sqrt(12.5))  # sample variance: 50 / 4
+    assert d["cv_pct"] == pytest.approx(100 * math.sqrt(12.5) / 4)
+
+
+def test_t_interval_uses_the_student_quantile() -> None:
+    low, high = stats.t_interval([10.0, 12.0, 14.0])  # mean 12, s = 2, n = 3, t(2) = 4.303
+    half = 4.303 * 2 / math.sqrt(3)
+    assert (low, high) == pytest.approx((12 - half, 12 + half))
+    assert stats.t_interval([5.0]) is None
+
+
+def test_interval_separation_and_steady_state() -> None:
+    assert stats.separated((1, 2), (3, 4)) is True
+    assert stats.separated((1, 3), (2, 4)) is False
+    assert stats.separated(None, (1, 2)) is None
+    assert stats.halves_gap([10, 10, 10, 10]) == 0.0
+    assert stats.halves_gap([10, 10, 12, 12]) == pytest.approx(0.2)
+
+
+def test_mfu_formula_against_a_hand_count_for_gpt2_124m() -> None:
+    cfg = GPTConfig.from_name("gpt2_124m")
+    with torch.device("meta"):
+        n = GPT(cfg).num_params()  # position embeddings excluded
+    # By hand: token embedding (tied output) 50304*768, per layer 12*768^2 in
+    # the matmuls plus two LayerNorm weights, plus the final LayerNorm.
+    by_hand = 50304 * 768 + 12 * (12 * 768 * 768 + 2 * 768) + 768
+    assert n == by_hand
+    fpt = flops_per_token(cfg, n, 1024)
+    assert fpt == 6 * by_hand + 12 * 12 * 768 * 1024
+    assert fpt / 1e6 == pytest.approx(854, abs=1)  # shared/GPU.md: about 854 MFLOP/token
+    # 488.5K tokens/s on an H200 is about 42% MFU (shared/GPU.md).
+    assert mfu_pct(488_500, fpt, peak_tflops("NVIDIA H200")) == pytest.approx(42.2, abs=0.2)
+
+
+def test_peak_table_knows_datacenter_gpus_and_nothing_else() -> None:
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert peak_tflops("NVIDIA GeForce RTX 3060 Laptop GPU") is None
+    assert peak_tflops(None) is None and mfu_pct(1e6, 1e9, None) is None
+
+
+def test_cpu_clock_measures_wall_time() -> None:
+    clock = StepClock(torch.device("cpu"))
+    for _ in range(3):
+        clock.start()
+        sum(range(20_000))
+        clock.stop()
+    times = clock.times_ms()
+    assert len(times) == 3 and all(0 < t < 1000 for t in times)
+
+
+def _record(step_ms: list[float], growth: float = 0.0) -> RunRecord:
+    return RunRecord(status="ok", losses=[5.0] * len(step_ms), lrs=[1e-3] * len(step_ms), step_ms=step_ms,
+                     warmup_steps=2, warmup_s=1.0, first_step_ms=step_ms[0],
+                     memory={"peak_mem_allocated_mb": 1000.0, "peak_mem_reserved_mb": 1100.0, "peak_rss_mb": None},
+                     mem_growth_mb=growth, val_loss=4.0)
+
+
+def test_measured_record_statistics_across_repeats() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    runs = [_record([500, 400, 100, 100, 100, 100]), _record([500, 400, 200, 200, 200, 200])]
+    rec = measured_record(base, runs, cfg, 10_000, steady_tolerance=0.05)
+    assert rec["timed_steps"] == 4 and rec["repeats"] == 2
+    assert rec["repeat_tokens_per_sec"] == pytest.approx([10_000, 5_000])  # 1000 tokens / 0.1 s, / 0.2 s
+    assert rec["tokens_per_sec"] == pytest.approx(7_500)  # median of two
+    assert rec["tokens_per_sec_ci95_low"] < 7_500 < rec["tokens_per_sec_ci95_high"]
+    assert rec["step_ms_median"] == pytest.approx(150) and rec["steady_state_ok"] is True
+    assert rec["mfu_pct"] is None  # CPU: no sourced peak
+    assert rec["val_perplexity"] == pytest.approx(math.exp(4.0))
+
+
+def test_unsteady_timing_and_memory_growth_are_flagged() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    rec = measured_record(base, [_record([9, 9, 10, 10, 20, 20], growth=300.0)], cfg, 10_000, 0.05)
+    assert rec["steady_state_ok"] is False and rec["steady_gap_pct"] == pytest.approx(100.0)
+    assert rec["leak_suspected"] is True
+    steady = measured_record(base, [_record([9, 9, 10, 10, 10, 10], growth=1.0)], cfg, 10_000, 0.05)
+    assert steady["steady_state_ok"] is True and steady["leak_suspected"] is False
+
+
+def test_failed_repeat_fails_the_variant() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    bad = RunRecord(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, math.nan])
+    rec = measured_record({"tokens_per_step": 1, "block_size": 16}, [bad], cfg, 1, 0.05)
+    assert rec["status"] == "diverged" and rec["diverged_step"] == 3 and "tokens_per_sec" not in rec
+    assert RunSettings().precision == "fp32"

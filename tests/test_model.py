@@ -1,0 +1,77 @@
+"""The model: causal, kernel-independent, and GPT-2 sized."""
+
+import pytest
+import torch
+
+from model.gpt import GPT, PRESETS, GPTConfig, padded_vocab
+
+
+def tiny(attention: str = "manual", **kw: object) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention=attention, **kw))
+
+
+@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+def test_future_tokens_never_change_earlier_logits(attention: str) -> None:
+    model = tiny(attention).eval()
+    x = torch.randint(0, 64, (2, 16))
+    changed = x.clone()
+    changed[:, 10:] = (changed[:, 10:] + 7) % 64
+    with torch.no_grad():
+        a, _ = model(x)
+        b, _ = model(changed)
+    torch.testing.assert_close(a[:, :10], b[:, :10])
+    assert not torch.allclose(a[:, 10:], b[:, 10:])
+
+
+def test_manual_and_sdpa_attention_agree_forward_and_backward() -> None:
+    manual, sdpa = tiny("manual"), tiny("sdpa")
+    sdpa.load_state_dict(manual.state_dict())
+    x = torch.randint(0, 64, (3, 16))
+    _, loss_m = manual(x, x)
+    _, loss_s = sdpa(x, x)
+    loss_m.backward()
+    loss_s.backward()
+    torch.testing.assert_close(loss_m, loss_s, rtol=1e-5, atol=1e-6)
+    for (name, pm), ps in zip(manual.named_parameters(), sdpa.parameters()):
+        torch.testing.assert_close(pm.grad, ps.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_gpt2_124m_matches_gpt2_small_parameter_count() -> None:
+    # GPT-2 small as released: 124,439,808 parameters with biases and a 50257
+    # vocabulary. Ours has no biases and pads the vocabulary to 50304.
+    cfg = GPTConfig.from_name("gpt2_124m", vocab_size=50257)
+    with torch.device("meta"):
+        total = GPT(cfg).num_params(non_embedding=False)
+    d, L = cfg.n_embd, cfg.n_layer
+    biases = L * (3 * d + d + 4 * d + d) + (2 * L + 1) * d  # linear biases + LayerNorm biases
+    assert total + biases == 124_439_808
+    with torch.device("meta"):
+        assert GPT(GPTConfig.from_name("gpt2_124m")).num_params(non_embedding=False) == total + (50304 - 50257) * d
+
+
+def test_output_layer_is_tied_to_the_token_embedding() -> None:
+    model = tiny()
+    assert model.lm_head.weight.data_ptr() == model.wte.weight.data_ptr()
+
+
+def test_presets_and_padding() -> None:
+    assert set(PRESETS) == {"tiny", "gpt_small", "gpt2_124m", "gpt2_350m"}
+    assert PRESETS["gpt2_124m"].vocab_size == 50304 and PRESETS["gpt2_124m"].vocab_size % 64 == 0
+    assert padded_vocab(4096) == 4096 and padded_vocab(4097) == 4160 and padded_vocab(50257) == 50304
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n_head": 3}, "not divisible by n_head=3"),
+    ({"n_layer": 0}, "n_layer must be positive"),
+    ({"attention": "flash"}, "valid: manual, sdpa"),
+])
+def test_bad_configs_say_what_to_fix(kwargs: dict, message: str) -> None:
+    base = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 64} | kwargs
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**base)
+
+
+def test_sequence_longer_than_context_is_refused() -> None:
+    with pytest.raises(ValueError, match="exceeds block_size=16"):
+        tiny()(torch.zeros(1, 17, dtype=torch.long))

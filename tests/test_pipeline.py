@@ -1,0 +1,167 @@
+"""End to end through DVC, in a scratch copy of the repository, with a micro config.
+
+One module-scoped run of `dvc repro` feeds the checks: every declared output
+exists, a second repro reruns nothing but the env check, an experiment with
+`-S precision=bf16` reruns train and evaluate only, `dvc metrics diff` shows the
+change, no socket was opened, and a run killed mid-training is redone cleanly.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, micro_params
+
+COPY = ["dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", "stages", "benchlab", "model"]
+
+# Loaded into every Python process of the pipeline: any attempt to open an
+# internet socket is written down and refused.
+NO_NETWORK = '''
+import socket, os
+_real_connect = socket.socket.connect
+def _refuse(self, address, *args):
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        with open(os.environ["NETWORK_LOG"], "a") as f:
+            f.write(repr(address) + "\\n")
+        raise OSError("network blocked by the test")
+    return _real_connect(self, address, *args)
+socket.socket.connect = _refuse
+'''
+
+
+def sh(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(repo / ".sitecustomize"), "NETWORK_LOG": str(repo / "network.log"),
+           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    cmd = [sys.executable, "-m", "dvc", *args] if args[0] != "git" else list(args)
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def ran(proc: subprocess.CompletedProcess) -> set[str]:
+    """The stages a dvc command ran, read from its log."""
+    return {line.split("'")[1] for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("Running stage '")}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("lab")
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, repo / name)
+    (repo / "stages" / "__init__.py").touch()
+    (repo / "corpus.txt").write_text((ROOT / "data/corpus/python_docs.txt").read_text()[:60_000])
+    (repo / "params.yaml").write_text(yaml.safe_dump(micro_params(data__corpus="corpus.txt"), sort_keys=False))
+    (repo / ".sitecustomize").mkdir()
+    (repo / ".sitecustomize" / "sitecustomize.py").write_text(NO_NETWORK)
+    (repo / ".gitignore").write_text(".sitecustomize/\nnetwork.log\n__pycache__/\n")
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "lab")
+    first = sh(repo, "repro")
+    (repo / "first_repro.log").write_text(first.stdout)
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "first run")
+    return repo
+
+
+def test_repro_produces_every_declared_output(repo: Path) -> None:
+    variants = list(micro_params()["variants"])
+    expected = ["metrics/env.json", "data/prepared/train.bin", "data/prepared/val.bin", "data/prepared/meta.json",
+                "data/prepared/tokenizer.json", "models/model.pt", "metrics/train.json", "plots/train_steps.csv",
+                "metrics/eval.json", "metrics/summary.json", "metrics/summary.md", "plots/summary.csv",
+                "plots/summary/throughput.png", "plots/summary/memory.png", "plots/summary/step_times.png",
+                "plots/summary/loss_curves.png", "plots/profiles/fp32_baseline_kernels.md",
+                "plots/profiles/best_trace.json.gz"]
+    expected += [f"metrics/variants/{v}.json" for v in variants] + [f"plots/steps/{v}.csv" for v in variants]
+    missing = [p for p in expected if not (repo / p).is_file()]
+    assert not missing
+
+
+def test_stages_hand_each_other_what_they_read(repo: Path) -> None:
+    summary = json.loads((repo / "metrics/summary.json").read_text())
+    for name in micro_params()["variants"]:
+        variant = json.loads((repo / f"metrics/variants/{name}.json").read_text())
+        assert summary[f"{name}.status"] == variant["status"]
+        if variant["status"] == "ok":
+            assert summary[f"{name}.tokens_per_sec"] == variant["tokens_per_sec"]
+    assert json.loads((repo / "metrics/variants/fp16.json").read_text())["status"] == "skipped"
+    assert summary["fp32_baseline.speedup_x"] == 1.0
+    train = json.loads((repo / "metrics/train.json").read_text())
+    evaluation = json.loads((repo / "metrics/eval.json").read_text())
+    assert abs(train["val_loss"] - evaluation["val_loss"]) < 1e-6  # same model, same batches, both fp32
+    assert "| best " in (repo / "metrics/summary.md").read_text()
+
+
+def test_second_repro_reruns_only_the_environment_check(repo: Path) -> None:
+    again = sh(repo, "repro")
+    assert ran(again) == {"env"}
+    assert sh(repo, "status").stdout.split() == ["env:", "always", "changed"]
+
+
+def test_no_stage_opened_a_network_connection(repo: Path) -> None:
+    assert "Running stage 'bench@best'" in (repo / "first_repro.log").read_text()
+    log = repo / "network.log"
+    assert not log.exists() or log.read_text() == ""
+
+
+def test_experiment_with_bf16_reruns_train_and_evaluate_and_diffs(repo: Path) -> None:
+    exp = sh(repo, "exp", "run", "-S", "precision=bf16")
+    assert ran(exp) == {"env", "train", "evaluate"}
+    diff = sh(repo, "metrics", "diff", "--json").stdout
+    changed = json.loads(diff)["metrics/train.json"]
+    assert "tokens_per_sec" in changed and "val_loss" in changed
+    assert json.loads((repo / "metrics/train.json").read_text())["precision"] == "bf16"
+    shown = sh(repo, "exp", "show", "--json").stdout
+    assert "bf16" in shown
+    sh(repo, "checkout", "--force")
+    sh(repo, "git", "checkout", "--", ".")
+
+
+def test_shell_in_a_variant_name_never_reaches_a_shell(repo: Path) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["variants"]["x;touch PWNED;"] = {}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        proc = sh(repo, "repro", check=False)
+        assert proc.returncode != 0
+        assert not (repo / "PWNED").exists()
+    finally:
+        sh(repo, "git", "checkout", "--", "params.yaml")
+
+
+def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"]["steps"] = 400  # long enough to be killed mid-run
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=repo, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("train: model="):
+            break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (repo / "models/model.pt").exists()
+    assert not (repo / "metrics/train.json").exists()
+    assert "train" in sh(repo, "status").stdout
+    redo = sh(repo, "repro", "train")
+    assert "train" in ran(redo)
+    assert (repo / "models/model.pt").is_file() and json.loads((repo / "metrics/train.json").read_text())["status"] == "ok"
+    assert sh(repo, "status", "train").returncode == 0
+    sh(repo, "git", "checkout", "--", "params.yaml")

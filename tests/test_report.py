@@ -1,0 +1,62 @@
+"""aggregate: speedups against the baseline, loss checks, and one environment per table."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchlab.errors import LabError
+from benchlab.report import check_one_env, load_results, markdown, summarize, to_csv
+
+ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
+       "env.python": "3.12", "env.cpu": "Xeon", "env.torch_threads": 16}
+
+
+def result(name: str, tps: float, val: float, mem: float, ci: tuple[float, float] | None = None, **kw) -> dict:
+    return {"variant": name, "status": "ok", "tokens_per_sec": tps, "val_loss": val, "val_perplexity": 2.0 ** val,
+            "peak_mem_allocated_mb": mem, "tokens_per_sec_ci95_low": ci[0] if ci else None,
+            "tokens_per_sec_ci95_high": ci[1] if ci else None, "steady_state_ok": True, **ENV, **kw}
+
+
+def test_rows_compare_each_variant_with_the_baseline() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.00, 1000.0, (99, 101)),
+        result("fast", 300.0, 5.02, 400.0, (290, 310)),
+        result("drifts", 200.0, 5.50, 1000.0, (100.5, 300)),
+    ], "fp32_baseline", tolerance=0.1)
+    base, fast, drifts = rows
+    assert fast["speedup_x"] == pytest.approx(3.0) and fast["mem_change_pct"] == pytest.approx(-60.0)
+    assert fast["significant"] == "yes" and fast["loss_ok"] == "yes"
+    assert drifts["significant"] == "no"  # its interval overlaps the baseline's
+    assert drifts["loss_ok"].startswith("NO (0.500 > 0.1)")
+    assert base["speedup_x"] == pytest.approx(1.0) and base["significant"] is None
+
+
+def test_failed_and_skipped_variants_get_no_figures() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, 1000.0),
+        {"variant": "fp16", "status": "skipped", "message": "needs a CUDA GPU", **ENV},
+        {"variant": "huge", "status": "oom", "message": "out of memory at train.batch_size=64", **ENV},
+    ], "fp32_baseline", 0.1)
+    for row in rows[1:]:
+        assert row["speedup_x"] is None and row.get("tokens_per_sec") is None and row["notes"]
+    table = markdown(rows, {"env.gpu": "NVIDIA H200"})
+    assert "| fp16 " in table and "needs a CUDA GPU" in table and "oom" in table
+    assert "NVIDIA H200" in table.splitlines()[0]
+    assert to_csv(rows).splitlines()[0].startswith("variant,status,tokens_per_sec")
+
+
+def test_results_from_two_machines_are_refused_unless_allowed() -> None:
+    a, b = result("fp32_baseline", 1, 1, 1), result("fast", 2, 1, 1, **{"env.gpu": "NVIDIA A100-SXM4-80GB"})
+    with pytest.raises(LabError, match="measured in another environment.*allow_mixed_env=true"):
+        check_one_env([a, b], allow_mixed=False)
+    check_one_env([a, b], allow_mixed=True)
+
+
+def test_only_variants_named_in_params_are_read(tmp_path: Path) -> None:
+    for name in ("fp32_baseline", "removed_long_ago"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(result(name, 1, 1, 1)))
+    assert [r["variant"] for r in load_results(tmp_path, ["fp32_baseline"])] == ["fp32_baseline"]
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(LabError, match="not valid JSON.*dvc repro -f bench@broken"):
+        load_results(tmp_path, ["broken"])
