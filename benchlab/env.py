@@ -58,9 +58,13 @@ def environment() -> dict:
 
 
 def provenance() -> dict:
-    """The commit and time of a run; changes every run, so never a DVC dependency."""
+    """The commit and time of a run; changes every run, so never a DVC dependency.
+
+    BENCHLAB_GIT_COMMIT, when set, names the source commit of a run made in a
+    scratch copy (scripts/gpu_matrix.sh sets it), whose own HEAD means nothing.
+    """
     return {
-        "git_commit": _run(["git", "rev-parse", "HEAD"]),
+        "git_commit": os.environ.get("BENCHLAB_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]),
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv,
     }

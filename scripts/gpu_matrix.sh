@@ -11,6 +11,8 @@
 set -euo pipefail
 out=$(realpath "$1"); shift
 src=$(pwd)
+# The scratch copy gets a throwaway commit; record the one the run came from.
+export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
 work=$(mktemp -d)
 mkdir -p "$out"
 mkdir -p "$work/repo" "$work/bin"

@@ -1,0 +1,42 @@
+"""The README's figures come from committed result files, and its commands are the real ones."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from benchlab.profiling import family, kernel_markdown, kernel_summary
+from tests.conftest import ROOT
+
+
+def test_readme_results_match_the_committed_result_files() -> None:
+    proc = subprocess.run([sys.executable, "scripts/readme_results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci/run").read_text()
+    assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    assert "pip install -r requirements-test.txt" in readme and "-r requirements-test.txt" in ci
+
+
+def test_every_result_folder_names_its_machine() -> None:
+    for env_file in Path(ROOT / "results").glob("*/metrics/env.json"):
+        assert '"gpu": "NVIDIA H200"' in env_file.read_text(), env_file
+
+
+def test_kernel_summary_counts_kernels_once_per_step() -> None:
+    events = [
+        {"cat": "cpu_op", "name": "aten::mm", "dur": 9000},  # op rows are not kernel time
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "dur": 3000},
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "dur": 1000},
+        {"cat": "kernel", "name": "triton_red_fused__log_softmax_0", "dur": 2000},
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#3", "dur": 7000},
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#4", "dur": 5000},
+    ]
+    s = kernel_summary(events, steps=2)
+    assert s["kernel_ms_per_step"] == 3.0 and s["gpu_step_ms"] == 6.0
+    assert s["kernels"][0] == ("nvjet_sm90_tst_256x128", 2.0, 1.0)
+    assert dict(s["families"]) == {"matmul": 2.0, "cross-entropy": 1.0}
+    assert family("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
+    assert "| matmul | 2.00 | 66.7 |" in kernel_markdown(s)
