@@ -1,4 +1,4 @@
-"""Stage profile: a torch.profiler trace and a top-kernels table for each variant in profile.variants.
+"""Stage profile@<variant>: a torch.profiler trace and a top-kernels table of one variant in profile.variants.
 
 Each traced variant runs bench.warmup_steps untraced steps first (compilation
 and allocator warm-up stay out of the trace), then profile.steps traced ones.
@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from benchlab.config import Params, load_params
 from benchlab.data import BatchStream, load_tokens
-from benchlab.errors import run_main
+from benchlab.errors import LabError, run_main
 from benchlab.io import atomic_path, remove_outputs, write_text
 from benchlab.optimize import resolve_device, unsupported_reason
 from benchlab.profiling import kernel_markdown, kernel_summary
@@ -40,6 +40,8 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
     reason = unsupported_reason(settings, device)
     if reason:
         write_text(out_dir / f"{name}_kernels.md", f"Not profiled on {device.type}: {reason}\n")
+        with atomic_path(out_dir / f"{name}_trace.json.gz") as tmp, gzip.open(tmp, "wt") as f:
+            f.write('{"traceEvents": []}')
         return
     data = load_tokens(data_dir)
     a = build(p, settings, data, device)
@@ -70,22 +72,23 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--variant", required=True)
     ap.add_argument("data_dir")
-    ap.add_argument("out_dir")
+    ap.add_argument("out_dir", help="gets <variant>_kernels.md and <variant>_trace.json.gz")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)
-    remove_outputs(out)
+    outputs = [out / f"{args.variant}_kernels.md", out / f"{args.variant}_trace.json.gz"]
+    remove_outputs(*outputs)
     p = load_params()
-    out.mkdir(parents=True)
+    if args.variant not in p.profile.variants:
+        raise LabError(f"variant {args.variant!r} is not in profile.variants; valid: {', '.join(p.profile.variants)}")
+    out.mkdir(parents=True, exist_ok=True)
     try:
-        for name in p.profile.variants:
-            trace_variant(p, name, args.data_dir, out)
-            print(f"profile: {name} -> {out}/{name}_kernels.md")
-        if not p.profile.variants:
-            write_text(out / "README.md", "No variants profiled: profile.variants in params.yaml is empty.\n")
+        trace_variant(p, args.variant, args.data_dir, out)
     except BaseException:
-        remove_outputs(out)
+        remove_outputs(*outputs)
         raise
+    print(f"profile@{args.variant}: {outputs[0]}")
 
 
 if __name__ == "__main__":

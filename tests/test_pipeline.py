@@ -85,8 +85,9 @@ def test_repro_produces_every_declared_output(repo: Path) -> None:
                 "data/prepared/tokenizer.json", "models/model.pt", "metrics/train.json", "plots/train_steps.csv",
                 "metrics/eval.json", "metrics/summary.json", "metrics/summary.md", "plots/summary.csv",
                 "plots/summary/throughput.png", "plots/summary/memory.png", "plots/summary/step_times.png",
-                "plots/summary/loss_curves.png", "plots/profiles/fp32_baseline_kernels.md",
-                "plots/profiles/best_trace.json.gz"]
+                "plots/summary/loss_curves.png"]
+    expected += [f"plots/profiles/{v}_{kind}" for v in micro_params()["profile"]["variants"]
+                 for kind in ("kernels.md", "trace.json.gz")]
     expected += [f"metrics/variants/{v}.json" for v in variants] + [f"plots/steps/{v}.csv" for v in variants]
     missing = [p for p in expected if not (repo / p).is_file()]
     assert not missing
@@ -111,6 +112,24 @@ def test_second_repro_reruns_only_the_environment_check(repo: Path) -> None:
     again = sh(repo, "repro")
     assert ran(again) == {"env"}
     assert sh(repo, "status").stdout.split() == ["env:", "always", "changed"]
+
+
+def test_changing_one_variant_reruns_only_it_and_the_aggregate(repo: Path) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["variants"]["sdpa"]["fused_adamw"] = True
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        stale = set(json.loads(sh(repo, "status", "--json").stdout))
+        assert stale == {"env", "bench@sdpa", "aggregate"}
+    finally:
+        sh(repo, "git", "checkout", "--", "params.yaml")
+
+
+def test_plots_render(repo: Path) -> None:
+    sh(repo, "plots", "show", "-o", "rendered")
+    html = (repo / "rendered" / "index.html").read_text()
+    assert "loss_curves.png" in html or "loss_curves" in html
+    assert "plots/steps/best.csv" in html
 
 
 def test_no_stage_opened_a_network_connection(repo: Path) -> None:
