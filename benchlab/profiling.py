@@ -28,24 +28,44 @@ def family(name: str) -> str:
     return "other"
 
 
+def traced_window(events: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """GPU-side start and end (µs) of the traced steps.
+
+    It opens at the first `ProfilerStep` GPU annotation and closes at the end
+    of the last GPU annotation: the optimizer step gets an annotation of its
+    own that follows its ProfilerStep's rather than nesting inside it.
+    """
+    gpu = [e for e in events if e.get("cat") == "gpu_user_annotation"]
+    starts = [e["ts"] for e in gpu if str(e.get("name", "")).startswith("ProfilerStep")]
+    if not starts:
+        return None
+    return min(starts), max(e["ts"] + e["dur"] for e in gpu)
+
+
 def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
-    """Per-kernel and per-family device ms per step, and the traced GPU step spans."""
+    """Per-kernel and per-family device ms per step, and the GPU time per traced step.
+
+    Only kernels that start inside the traced window count: the CPU queues
+    work ahead, so the trace also catches the tail of the untraced step
+    before. Without GPU annotations, every kernel counts.
+    """
+    window = traced_window(events)
     per_kernel: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     per_family: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("cat") != "kernel":
             continue
+        if window and not window[0] <= e["ts"] < window[1]:
+            continue
         ms = e["dur"] / 1000.0 / steps
         per_kernel[e["name"]][0] += ms
         per_kernel[e["name"]][1] += 1.0 / steps
         per_family[family(e["name"])] += ms
-    spans = [e["dur"] / 1000.0 for e in events
-             if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith("ProfilerStep")]
     return {
         "kernels": sorted(((n, ms, calls) for n, (ms, calls) in per_kernel.items()), key=lambda k: -k[1]),
         "families": sorted(per_family.items(), key=lambda f: -f[1]),
         "kernel_ms_per_step": sum(per_family.values()),
-        "gpu_step_ms": sum(spans) / len(spans) if spans else None,
+        "gpu_step_ms": (window[1] - window[0]) / 1000.0 / steps if window else None,
     }
 
 
@@ -59,6 +79,6 @@ def kernel_markdown(summary: dict[str, Any], rows: int = 25) -> str:
         short = short if len(short) <= 100 else short[:97] + "..."
         lines.append(f"| `{short}` | {family(name)} | {calls:.1f} | {ms:.3f} | {100 * ms / total:.1f} |")
     step = summary["gpu_step_ms"]
-    tail = f"Kernels recorded: {summary['kernel_ms_per_step']:.2f} ms per traced step (the window can catch the tail of the step before)"
-    tail += f"; GPU step span: {step:.2f} ms." if step else "."
+    tail = f"Kernel time: {summary['kernel_ms_per_step']:.2f} ms per traced step"
+    tail += f", in {step:.2f} ms of GPU time per traced step (the rest: gaps between kernels)." if step else "."
     return "\n".join(lines) + f"\n\n{tail}\n"

@@ -25,6 +25,29 @@ def family_table(kernels_md: str) -> str:
     return families + "\n\n" + text.strip().splitlines()[-1]
 
 
+# shared/GPU.md's reference points for GPT-2 124M, batch 16, on the same
+# machine type: tokens/s and peak allocated GiB. The recipe's tokens/s is the
+# range over the two machines measured there.
+REFERENCE = {
+    "fp32_baseline": ((45.1e3, 45.1e3), 31.9),
+    "tf32": ((120.6e3, 120.6e3), 31.9),
+    "sdpa": ((54.8e3, 54.8e3), 22.8),
+    "best": ((478e3, 488.5e3), 11.5),
+}
+
+
+def reference_table() -> str:
+    rows = ["| variant | ours tokens/s | reference tokens/s | ours / reference | ours peak GiB | reference peak GiB |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for name, ((low, high), gib) in REFERENCE.items():
+        r = load(f"results/h200/metrics/variants/{name}.json")
+        ours = r["tokens_per_sec"]
+        ref = f"{low:,.0f}" if low == high else f"{low:,.0f} to {high:,.0f}"
+        ratio = f"{ours / low:.3f}" if low == high else f"{ours / high:.3f} to {ours / low:.3f}"
+        rows.append(f"| {name} | {ours:,.0f} | {ref} | {ratio} | {r['peak_mem_allocated_mb'] / 1024:.1f} | {gib} |")
+    return "\n".join(rows)
+
+
 def h200_section() -> str:
     summary = (ROOT / "results/h200/metrics/summary.md").read_text().strip()
     base, best = load("results/h200/metrics/variants/fp32_baseline.json"), load("results/h200/metrics/variants/best.json")
@@ -40,6 +63,11 @@ def h200_section() -> str:
         f"`best` against `fp32_baseline`: {speedup:.2f}x the tokens/s ({best['tokens_per_sec']:,.0f} against "
         f"{base['tokens_per_sec']:,.0f}), {100 * mem:.1f}% of its peak allocated memory, MFU {best['mfu_pct']:.1f}% "
         "of the 989 TFLOP/s dense bf16 peak.",
+        "",
+        "Against the reference points of `shared/GPU.md` (same machine type, other runs; `best` is that",
+        "page's public recipe: bf16 autocast, SDPA, TF32, fused AdamW, torch.compile):",
+        "",
+        reference_table(),
         "",
         "Where `best` spends a step (profile stage, kernel device time, `results/h200/plots/profiles/`):",
         "",

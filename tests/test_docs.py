@@ -27,15 +27,19 @@ def test_every_result_folder_names_its_machine() -> None:
 
 def test_kernel_summary_counts_kernels_once_per_step() -> None:
     events = [
-        {"cat": "cpu_op", "name": "aten::mm", "dur": 9000},  # op rows are not kernel time
-        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "dur": 3000},
-        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "dur": 1000},
-        {"cat": "kernel", "name": "triton_red_fused__log_softmax_0", "dur": 2000},
-        {"cat": "gpu_user_annotation", "name": "ProfilerStep#3", "dur": 7000},
-        {"cat": "gpu_user_annotation", "name": "ProfilerStep#4", "dur": 5000},
+        {"cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 9000},  # op rows are not kernel time
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 500, "dur": 900},  # before the traced steps
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 1000, "dur": 3000},
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 9000, "dur": 1000},
+        {"cat": "kernel", "name": "triton_red_fused__log_softmax_0", "ts": 12000, "dur": 2000},  # optimizer span
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 14500, "dur": 700},  # after the window
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#3", "ts": 1000, "dur": 6000},
+        {"cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 7000, "dur": 1000},
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#4", "ts": 8000, "dur": 4000},
+        {"cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 12000, "dur": 2000},
     ]
     s = kernel_summary(events, steps=2)
-    assert s["kernel_ms_per_step"] == 3.0 and s["gpu_step_ms"] == 6.0
+    assert s["kernel_ms_per_step"] == 3.0 and s["gpu_step_ms"] == 6.5
     assert s["kernels"][0] == ("nvjet_sm90_tst_256x128", 2.0, 1.0)
     assert dict(s["families"]) == {"matmul": 2.0, "cross-entropy": 1.0}
     assert family("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
