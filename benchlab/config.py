@@ -116,6 +116,9 @@ class EvalParams:
 class AggregateParams:
     loss_tolerance: float = 0.1
     """Largest allowed gap (nats) between a variant's validation loss and the baseline's."""
+    repeat_tolerance: float = 0.02
+    """Largest allowed spread (nats) of validation loss across one variant's repeats; same seed,
+    so on a CPU it is 0, on a GPU only kernel non-determinism moves it."""
     baseline: str = "fp32_baseline"
     """The variant every speedup and memory change is measured against."""
     allow_mixed_env: bool = False
@@ -123,6 +126,7 @@ class AggregateParams:
 
     def __post_init__(self) -> None:
         _check(self.loss_tolerance > 0, "aggregate.loss_tolerance", self.loss_tolerance, "a positive number")
+        _check(self.repeat_tolerance >= 0, "aggregate.repeat_tolerance", self.repeat_tolerance, "0 or more")
 
 
 @dataclass(frozen=True)
@@ -261,10 +265,8 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise LabError(f"{path} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
     return build(Params, data)
-
-
-def settings_dict(settings: RunSettings) -> dict[str, Any]:
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
-

@@ -40,3 +40,15 @@ def remove_outputs(*paths: str | Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink(missing_ok=True)
+
+
+def flat(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys: result files stay flat."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            out.update(flat(name, value))
+        else:
+            out[name] = value
+    return out

@@ -77,7 +77,8 @@ def _ci(r: dict[str, Any]) -> tuple[float, float] | None:
     return (low, high) if low is not None and high is not None else None
 
 
-def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float) -> list[dict[str, Any]]:
+def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
+              repeat_tolerance: float = float("inf")) -> list[dict[str, Any]]:
     """One row per variant, compared with the baseline's row."""
     base = next((r for r in results if r["variant"] == baseline), None)
     base_ok = base is not None and base["status"] == "ok"
@@ -104,6 +105,9 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float) ->
                 warnings.append(f"timed halves differ by {r['steady_gap_pct']:.1f}%: not steady")
             if r.get("leak_suspected"):
                 warnings.append(f"memory grew {r['mem_growth_mb']:.1f} MiB over the timed steps")
+            spread = r.get("val_loss_repeat_spread") or 0.0
+            if spread > repeat_tolerance:
+                warnings.append(f"repeats disagree: val loss spread {spread:.4f} > {repeat_tolerance}")
             if r.get("fp16_skipped_steps"):
                 warnings.append(f"GradScaler skipped {r['fp16_skipped_steps']} steps")
             row["notes"] = "; ".join(warnings)

@@ -6,6 +6,7 @@ from typing import Any
 
 from benchlab import stats
 from benchlab.config import Params, RunSettings
+from benchlab.io import flat
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.runner import RunRecord
 from model.gpt import GPTConfig
@@ -14,18 +15,6 @@ from model.gpt import GPTConfig
 # first by this much before we flag it (allocator and RSS jitter stay below).
 LEAK_MB = 8.0
 LEAK_FRACTION = 0.02
-
-
-def flat(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Nested dicts as dotted keys: result files stay flat."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}"
-        if isinstance(value, dict):
-            out.update(flat(name, value))
-        else:
-            out[name] = value
-    return out
 
 
 def resolved_params(p: Params, settings: RunSettings) -> dict[str, Any]:

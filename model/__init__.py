@@ -1,5 +1,1 @@
-"""A GPT-2 style decoder; see gpt.py."""
-
-from model.gpt import GPT, GPTConfig, PRESETS
-
-__all__ = ["GPT", "GPTConfig", "PRESETS"]
+"""A GPT-2 style decoder in one file: `from model.gpt import GPT, GPTConfig`."""

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from benchlab.config import load_params
+from benchlab.env import provenance
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.plots import make_plots
@@ -23,13 +24,14 @@ def main(argv: list[str] | None = None) -> None:
     p = load_params()
     results = load_results(args.result_dir, list(p.variants))
     check_one_env(results, p.aggregate.allow_mixed_env)
-    rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance)
+    rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance, p.aggregate.repeat_tolerance)
     make_plots(rows, Path(args.steps_dir), Path(args.plot_dir))
     write_text(args.summary_csv, to_csv(rows))
     write_text(args.summary_md, markdown(rows, env_of(results[0])))
     write_json(args.summary_json, {
         "baseline": p.aggregate.baseline,
         "loss_tolerance": p.aggregate.loss_tolerance,
+        **{f"provenance.{k}": v for k, v in provenance().items() if k != "argv"},
         **{f"env.{k.removeprefix('env.')}": v for k, v in env_of(results[0]).items()},
         **{f"{row['variant']}.{k}": v for row in rows for k, v in row.items() if k != "variant"},
     })

@@ -16,7 +16,6 @@ from benchlab.results import base_record, measured_record, steps_csv
 from benchlab.runner import train_once
 
 
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("data_dir")

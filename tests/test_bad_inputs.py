@@ -1,5 +1,6 @@
 """The battery: each bad input stops its stage with its message, exit 2, and no output left behind."""
 
+import json
 import os
 import pickle
 import shutil
@@ -12,7 +13,7 @@ import yaml
 
 from benchlab.data import prepare as prepare_corpus
 from benchlab.errors import run_main
-from stages import aggregate, env, evaluate, prepare, train
+from stages import aggregate, bench, env, evaluate, prepare, train
 from tests.conftest import micro_params
 
 
@@ -99,6 +100,8 @@ CASES = [
     ("fp16 on CPU", set_params(precision="fp16"), TRAIN, "precision=fp16 with loss scaling needs a CUDA GPU"),
     ("tf32 on CPU", set_params(precision="tf32"), TRAIN, "precision=tf32 is a CUDA tensor-core mode"),
     ("context longer than the data", small_data, TRAIN, "train.block_size=256 is longer than the validation split"),
+    ("run that diverges", set_params(train__lr=1e9, train__grad_clip=0.0, train__lr_warmup_steps=0), TRAIN,
+     "training stopped: loss became nan at step"),
     ("empty corpus", write_file("corpus.txt", b"  \n\n"), PREPARE, "is empty"),
     ("binary corpus", write_file("corpus.txt", b"\x7fELF\x00\x01\x02" * 50), PREPARE, "binary, not text"),
     ("corpus not UTF-8", write_file("corpus.txt", "caf\xe9 latin-1 text".encode("latin-1")), PREPARE, "is not UTF-8 text"),
@@ -130,7 +133,7 @@ def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepa
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err, err
-    assert err.startswith("error: ") and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
     for out in outputs:
         assert not Path(out).exists(), f"{out} left behind"
     assert not (workdir / "PWNED").exists()
@@ -138,6 +141,21 @@ def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepa
 
 def test_battery_is_at_least_25_cases() -> None:
     assert len(CASES) >= 25
+
+
+def test_out_of_memory_variant_is_recorded_and_the_matrix_goes_on(workdir: Path, prepared: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(prepared, workdir / "prep")
+
+    def oom(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr("benchlab.runner.train_step", oom)
+    run_main(bench.main, ["--variant", "bf16", "prep", "results", "steps"])  # returns: no SystemExit
+    record = json.loads((workdir / "results" / "bf16.json").read_text())
+    assert record["status"] == "oom" and "train.batch_size=4" in record["message"]
+    assert record["env.torch"] and record["provenance.date_utc"] and record["params.precision"] == "bf16"
+    assert (workdir / "steps" / "bf16.csv").read_text().startswith("step,loss")
 
 
 def test_compile_without_a_compiler_is_refused(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch,

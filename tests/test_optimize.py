@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.config import RunSettings
+from benchlab.config import RunSettings, TrainParams
 from benchlab.io import atomic_path, write_json
 from benchlab.optimize import make_optimizer, unsupported_reason
-from benchlab.config import TrainParams
 
 CUDA = torch.device("cuda")
 

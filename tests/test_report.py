@@ -32,6 +32,15 @@ def test_rows_compare_each_variant_with_the_baseline() -> None:
     assert base["speedup_x"] == pytest.approx(1.0) and base["significant"] is None
 
 
+def test_repeats_that_disagree_are_flagged() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, 1000.0, val_loss_repeat_spread=0.0),
+        result("noisy", 200.0, 5.0, 500.0, val_loss_repeat_spread=0.05),
+    ], "fp32_baseline", tolerance=0.1, repeat_tolerance=0.02)
+    assert rows[0]["notes"] == ""
+    assert rows[1]["notes"] == "repeats disagree: val loss spread 0.0500 > 0.02"
+
+
 def test_failed_and_skipped_variants_get_no_figures() -> None:
     rows = summarize([
         result("fp32_baseline", 100.0, 5.0, 1000.0),
