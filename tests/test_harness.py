@@ -93,12 +93,14 @@ def test_measured_record_statistics_across_repeats() -> None:
 
 def test_unsteady_timing_and_memory_growth_are_flagged() -> None:
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
-    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cuda"}
     rec = measured_record(base, [_record([9, 9, 10, 10, 20, 20], growth=300.0)], cfg, 10_000, 0.05)
     assert rec["steady_state_ok"] is False and rec["steady_gap_pct"] == pytest.approx(100.0)
-    assert rec["leak_suspected"] is True
+    assert rec["leak_suspected"] is True and rec["mem_growth_mb"] == 300.0
     steady = measured_record(base, [_record([9, 9, 10, 10, 10, 10], growth=1.0)], cfg, 10_000, 0.05)
     assert steady["steady_state_ok"] is True and steady["leak_suspected"] is False
+    on_cpu = measured_record({**base, "device": "cpu"}, [_record([9, 9, 10, 10, 10, 10], growth=300.0)], cfg, 1, 0.05)
+    assert on_cpu["leak_suspected"] is None and on_cpu["mem_growth_mb"] == 300.0  # recorded, not judged
 
 
 def test_failed_repeat_fails_the_variant() -> None:
