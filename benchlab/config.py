@@ -68,7 +68,9 @@ class TrainParams:
     min_lr: float = 1e-4
     """Floor of the cosine decay."""
     lr_warmup_steps: int = 20
+    """Steps of linear learning-rate warm-up (capped at the run's length)."""
     weight_decay: float = 0.1
+    """AdamW decoupled weight decay, applied to matrices only."""
     grad_clip: float = 1.0
     """Max global gradient norm; 0 turns clipping off."""
 
@@ -106,7 +108,7 @@ class BenchParams:
 @dataclass(frozen=True)
 class EvalParams:
     batches: int = 8
-    """Fixed validation windows, in batches of train.batch_size."""
+    """Batches of train.batch_size fixed validation windows, evenly spaced over the split."""
 
     def __post_init__(self) -> None:
         _check(self.batches > 0, "eval.batches", self.batches, "a positive integer")
@@ -145,9 +147,13 @@ class Params:
     """The whole of params.yaml."""
 
     seed: int = 1337
+    """Seeds the initial weights and the batch order of every run."""
     device: DeviceChoice = "auto"
+    """auto: CUDA when torch sees a GPU, else the CPU."""
     model: str = "tiny"
+    """A preset of model/gpt.py: tiny, gpt_small, gpt2_124m, gpt2_350m."""
     precision: Precision = "fp32"
+    """The train stage's precision (see RunSettings); variants set their own."""
     attention: Attention = "manual"
     compile: bool = False
     fused_adamw: bool = False
