@@ -242,11 +242,11 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         _, item = get_args(hint)
         return {str(k): _convert(v, item, f"{key}.{k}") for k, v in value.items()}
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        return build(hint, value, key)
+        return parse(hint, value, key)
     raise TypeError(f"no conversion for {hint!r} at {key}")  # a bug in this module, not the user's
 
 
-def build(cls: type, data: Any, prefix: str = "") -> Any:
+def parse(cls: type, data: Any, prefix: str = "") -> Any:
     """A dataclass from a mapping: unknown keys, wrong types and bad values raise LabError."""
     where = prefix or "params.yaml"
     if data is None:
@@ -275,4 +275,4 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
         raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
-    return build(Params, data)
+    return parse(Params, data)

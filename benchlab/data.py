@@ -36,9 +36,12 @@ def corpus_files(path: str | Path) -> list[Path]:
     raise LabError(f"data.corpus={str(path)!r} does not exist; point it at a UTF-8 text file or a folder of *.txt files")
 
 
-def read_corpus(path: str | Path) -> list[str]:
-    """Each file's text; refuses empty, binary and non-UTF-8 input."""
-    texts = []
+def read_corpus(path: str | Path) -> tuple[list[str], str, int]:
+    """Each file's text, and sha256 and size over the files' bytes in read order.
+
+    Refuses empty, binary and non-UTF-8 input.
+    """
+    texts, digest, size = [], hashlib.sha256(), 0
     for file in corpus_files(path):
         raw = file.read_bytes()
         if b"\x00" in raw:
@@ -47,19 +50,11 @@ def read_corpus(path: str | Path) -> list[str]:
             texts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as err:
             raise LabError(f"{file} is not UTF-8 text ({err.reason} at byte {err.start}); convert it or pick another data.corpus") from None
-    if not any(t.strip() for t in texts):
-        raise LabError(f"data.corpus={str(path)!r} is empty; it needs text to train on")
-    return texts
-
-
-def corpus_digest(path: str | Path) -> tuple[str, int]:
-    """sha256 over the corpus files' bytes in read order, and their total size."""
-    digest, size = hashlib.sha256(), 0
-    for file in corpus_files(path):
-        raw = file.read_bytes()
         digest.update(raw)
         size += len(raw)
-    return digest.hexdigest(), size
+    if not any(t.strip() for t in texts):
+        raise LabError(f"data.corpus={str(path)!r} is empty; it needs text to train on")
+    return texts, digest.hexdigest(), size
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -100,8 +95,7 @@ def file_sha256(path: Path) -> str:
 def prepare(corpus: str | Path, vocab_size: int, val_fraction: float, out_dir: str | Path) -> dict:
     """Tokenize the corpus into out_dir/{train.bin,val.bin,tokenizer.json,meta.json}; returns the meta."""
     out = Path(out_dir)
-    texts = read_corpus(corpus)
-    sha, size = corpus_digest(corpus)
+    texts, sha, size = read_corpus(corpus)
     tok = train_tokenizer(texts, vocab_size)
     tokens = encode(tok, texts)
     n_val = int(len(tokens) * val_fraction)

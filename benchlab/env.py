@@ -9,7 +9,6 @@ and software. `provenance()` adds what identifies one run (commit, date).
 import os
 import platform
 import subprocess
-import sys
 from datetime import datetime, timezone
 
 import torch
@@ -64,7 +63,6 @@ def provenance() -> dict:
     scratch copy (scripts/gpu_matrix.sh sets it), whose own HEAD means nothing.
     """
     return {
-        "git_commit": os.environ.get("BENCHLAB_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]),
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "argv": sys.argv,
+        "provenance.git_commit": os.environ.get("BENCHLAB_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]),
+        "provenance.date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

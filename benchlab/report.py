@@ -121,11 +121,10 @@ def _mem(r: dict[str, Any]) -> float | None:
 
 
 def _fmt(value: Any, spec: str) -> str:
-    if value is None or value == "":
-        return "" if value == "" else "–"
-    if spec == "s":
-        return str(value)
-    return format(value, spec)
+    """A dash for a figure not measured; text as it is; numbers by their format spec."""
+    if value is None:
+        return "–"
+    return str(value) if spec == "s" else format(value, spec)
 
 
 def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ def base_record(name: str, p: Params, settings: RunSettings, device: str, env: d
         "block_size": p.train.block_size,
         "tokens_per_step": p.train.batch_size * p.train.block_size,
         **flat("env", env),
-        **{f"provenance.{k}": v for k, v in prov.items() if k != "argv"},
+        **prov,
         **resolved_params(p, settings),
     }
 

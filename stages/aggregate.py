@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     write_json(args.summary_json, {
         "baseline": p.aggregate.baseline,
         "loss_tolerance": p.aggregate.loss_tolerance,
-        **{f"provenance.{k}": v for k, v in provenance().items() if k != "argv"},
+        **provenance(),
         **{f"env.{k.removeprefix('env.')}": v for k, v in env_of(results[0]).items()},
         **{f"{row['variant']}.{k}": v for row in rows for k, v in row.items() if k != "variant"},
     })

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     write_json(args.metrics, {
         "val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens, "device": device.type,
         **flat("env", environment()),
-        **{f"provenance.{k}": v for k, v in provenance().items() if k != "argv"},
+        **provenance(),
     })
     print(f"evaluate: val loss {loss:.4f}, perplexity {math.exp(loss):.2f} over {n_tokens} tokens")
 

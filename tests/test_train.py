@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchlab.config import Params, RunSettings, build
+from benchlab.config import Params, RunSettings, parse
 from benchlab.runner import lr_at, train_once
 from tests.conftest import micro_params
 
@@ -18,7 +18,7 @@ def run(params: Params, tokens, steps: int = 12, **settings: object):
 
 
 def test_loss_falls_on_the_tiny_preset(tokens) -> None:
-    p = build(Params, micro_params(train__lr=3e-3))
+    p = parse(Params, micro_params(train__lr=3e-3))
     rec = run(p, tokens, steps=40)
     assert rec.status == "ok"
     first, last = sum(rec.losses[:5]) / 5, sum(rec.losses[-5:]) / 5
