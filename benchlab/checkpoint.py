@@ -18,11 +18,17 @@ def load_checkpoint(path: str | Path, data_vocab: int) -> GPT:
     path = Path(path)
     if not path.is_file():
         raise LabError(f"checkpoint {path} not found; {RETRAIN}")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
+        raise LabError(f"checkpoint {path} is not a checkpoint this lab wrote (damaged or replaced); {RETRAIN}")
     try:
         # weights_only: a checkpoint carrying a malicious pickle cannot run code here.
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile, EOFError, ValueError) as err:
-        raise LabError(f"checkpoint {path} cannot be loaded safely ({str(err).splitlines()[0]}); {RETRAIN}") from None
+    except pickle.UnpicklingError:
+        # torch's own message suggests weights_only=False, which would run whatever the file carries.
+        raise LabError(f"checkpoint {path} holds objects other than tensors and plain values, so it was not "
+                       f"loaded; {RETRAIN}") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, KeyError):
+        raise LabError(f"checkpoint {path} is not a checkpoint this lab wrote (damaged or replaced); {RETRAIN}") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise LabError(f"checkpoint {path} is not a {FORMAT} checkpoint from this lab's train stage; {RETRAIN}")
     try:

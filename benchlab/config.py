@@ -2,42 +2,167 @@
 
 Every section is a frozen dataclass; `load_params` refuses unknown keys, wrong
 types and values outside a `Literal`, naming the key, the bad value and the
-valid ones. Checks that need the hardware (fp16 on a CPU, say) live in
-`benchlab.optimize.unsupported_reason`.
+valid ones. The optimization knobs are one table, the fields of `RunSettings`:
+each field carries its choices (its type), what it does, where
+`benchlab.optimize.apply` applies it, and a check that says why a device
+cannot run it. This module imports neither torch nor the model, so a stage
+that only reads params (prepare) does not depend on them.
 """
 
 import re
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from benchlab.errors import LabError
-from model.gpt import PRESETS, GPTConfig, padded_vocab
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"]
+Checkpointing = Literal["none", "full", "selective"]
+LossKind = Literal["standard", "chunked", "fused"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
+LockMode = Literal["wait", "fail"]
 
-# Variant names are templated into a shell command by dvc.yaml (`${key}`), so
-# they must be plain identifiers: `foo;rm -rf x` never reaches a shell.
+# Variant names become file names and DVC stage names; they must be plain
+# identifiers. They never reach a shell: stages learn their variant from
+# DVC_STAGE (see stages/bench.py), not from the command line.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """The knobs an optimization variant turns; the top level of params.yaml holds the train stage's."""
+class DeviceFacts:
+    """What a device can run, read once from torch by `benchlab.optimize.device_facts`.
 
-    precision: Precision = "fp32"
-    """fp32 (TF32 off), tf32 (fp32 with TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)."""
-    attention: Attention = "manual"
-    """manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention."""
-    compile: bool = False
-    """Wrap the model in torch.compile (default mode)."""
-    fused_adamw: bool = False
-    """AdamW's fused kernel instead of the for-loop implementation."""
+    Plain values, so every knob's check can be tested without a GPU.
+    """
+
+    kind: Literal["cpu", "cuda"]
+    name: str = ""
+    capability: tuple[int, int] | None = None
+    bf16: bool = False  # CUDA: bf16 tensor cores
+    triton: bool = False
+    cxx: bool = False  # a C++ compiler for inductor on CPU
+    torchao: bool = False
+    liger: bool = False
+    gpu_count: int = 0
+
+
+# A knob's check: (its value, all settings, the device) -> why it cannot run, or None.
+SkipCheck = Callable[[Any, "RunSettings", DeviceFacts], str | None]
+
+
+def knob(default: Any, doc: str, applied: str, skip: SkipCheck | None = None) -> Any:
+    """One row of the knob table: a dataclass field with its documentation and device check."""
+    return field(default=default, metadata={"doc": doc, "applied": applied, "skip": skip})
+
+
+def _precision_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if d.kind == "cpu":
+        if value == "fp16":
+            return "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
+        if value == "tf32":
+            return "precision=tf32 is a CUDA tensor-core mode (Ampere or newer); on CPU it would time fp32 again"
+        return None
+    major = d.capability[0] if d.capability else 0
+    if value == "bf16" and not d.bf16:
+        return f"precision=bf16 needs an Ampere or newer GPU; {d.name} has no bf16; use fp16"
+    if value == "tf32" and major < 8:
+        return f"precision=tf32 needs an Ampere or newer GPU; {d.name} is compute capability {major}.x"
+    return None
+
+
+def _compile_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if not value:
+        return None
+    if d.kind == "cpu" and not d.cxx:
+        return "compile=true on CPU needs a C++ compiler (g++) for inductor; install one or set compile=false"
+    if d.kind == "cuda" and not d.triton:
+        return "compile=true on CUDA needs triton (pip install triton); or set compile=false"
+    return None
+
+
+def _compile_mode_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if value != "default" and d.kind == "cpu":
+        return f"compile_mode={value} tunes or graphs CUDA kernels; on CPU use compile_mode=default"
+    return None
+
+
+def _fp8_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if not value:
+        return None
+    if d.kind == "cpu":
+        return "fp8=true needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU"
+    if (d.capability or (0, 0)) < (8, 9):
+        return f"fp8=true needs compute capability 8.9 or newer; {d.name} is {d.capability}"
+    if not d.torchao:
+        return "fp8=true needs torchao (pip install torchao); or set fp8=false"
+    return None
+
+
+def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if value != "fused":
+        return None
+    if d.kind == "cpu":
+        return "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU; use loss=chunked on CPU"
+    if not d.liger:
+        return "loss=fused needs liger-kernel (pip install liger-kernel); or use loss=chunked"
+    return None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The knob table. Top-level keys of params.yaml set the train stage's; each variant sets its own.
+
+    A variant's unset knobs keep these defaults: the unoptimized baseline.
+    """
+
+    precision: Precision = knob(
+        "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)",
+        "2. matmul flags; 7. autocast and GradScaler", _precision_skip)
+    attention: Attention = knob(
+        "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
+        "0. the model's constructor (the one switch the model knows)")
+    activation_checkpointing: Checkpointing = knob(
+        "none", "none; full: every block recomputed in backward; selective: keep matmul and attention outputs, "
+        "recompute the cheap ops between them", "4. wraps each block")
+    loss: LossKind = knob(
+        "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); chunked: "
+        "cross-entropy over chunks of tokens, each recomputed in backward, only the loss leaves the compiled "
+        "region; fused: liger-kernel's fused linear + cross-entropy, after the compiled body", "5. the loss head",
+        _loss_skip)
+    fp8: bool = knob(
+        False, "float8 matmuls (torchao, tensorwise scaling) in every block's Linear layers; the output head stays bf16",
+        "3. swaps the blocks' Linear layers", _fp8_skip)
+    fused_adamw: bool = knob(False, "AdamW's fused kernel instead of the for-loop implementation", "6. the optimizer")
+    compile: bool = knob(False, "torch.compile the model and its loss", "5. torch.compile around model and loss head", _compile_skip)
+    compile_mode: CompileMode = knob(
+        "default", "torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs",
+        "5. torch.compile", _compile_mode_skip)
+    batch_size: int | None = knob(
+        None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
+        "the batch stream")
+    grad_accum: int = knob(
+        1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step")
+
+
+
+KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
+
+
+def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None:
+    """Why these settings cannot run on this device, or None when they can: the first knob that says so."""
+    for f in fields(RunSettings):
+        skip = f.metadata["skip"]
+        reason = skip(getattr(settings, f.name), settings, device) if skip else None
+        if reason:
+            return reason
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,9 +216,11 @@ class BenchParams:
     warmup_steps: int = 10
     """Steps left out of the timing (compilation, allocator and cache warm-up)."""
     repeats: int = 1
-    """Independent runs per variant (fresh model, same seed); 2 or more give confidence intervals."""
+    """Independent runs per variant, each in a fresh process (fresh model, same seed); 2 or more give intervals."""
     steady_tolerance: float = 0.05
     """Largest relative gap between the medians of the timed window's halves before a warning."""
+    lock: LockMode = "wait"
+    """Another timing holds this device: wait for it, or fail at once with a message naming its holder."""
 
     def __post_init__(self) -> None:
         _check(self.warmup_steps >= 1, "bench.warmup_steps", self.warmup_steps, "1 or more")
@@ -125,6 +252,8 @@ class AggregateParams:
     """The variant every speedup and memory change is measured against."""
     allow_mixed_env: bool = False
     """Let one table hold results measured in different environments."""
+    allow_mixed_source: bool = False
+    """Let one table hold results measured from different source code (or a modified tree)."""
 
     def __post_init__(self) -> None:
         _check(self.loss_tolerance > 0, "aggregate.loss_tolerance", self.loss_tolerance, "a positive number")
@@ -144,19 +273,16 @@ class ProfileParams:
 
 @dataclass(frozen=True)
 class Params:
-    """The whole of params.yaml."""
+    """The whole of params.yaml. The knobs of `run` are written as top-level keys."""
 
     seed: int = 1337
     """Seeds the initial weights and the batch order of every run."""
     device: DeviceChoice = "auto"
     """auto: CUDA when torch sees a GPU, else the CPU."""
     model: str = "tiny"
-    """A preset of model/gpt.py: tiny, gpt_small, gpt2_124m, gpt2_350m."""
-    precision: Precision = "fp32"
-    """The train stage's precision (see RunSettings); variants set their own."""
-    attention: Attention = "manual"
-    compile: bool = False
-    fused_adamw: bool = False
+    """A preset of model/gpt.py: tiny, gpt_small, gpt2_124m, gpt2_350m (checked by benchlab.build)."""
+    run: RunSettings = field(default_factory=RunSettings)
+    """The train stage's knobs, read from the top-level keys named in KNOBS."""
     data: DataParams = field(default_factory=DataParams)
     train: TrainParams = field(default_factory=TrainParams)
     bench: BenchParams = field(default_factory=BenchParams)
@@ -166,12 +292,6 @@ class Params:
     profile: ProfileParams = field(default_factory=ProfileParams)
 
     def __post_init__(self) -> None:
-        _check(self.model in PRESETS, "model", self.model, ", ".join(PRESETS))
-        preset = PRESETS[self.model]
-        _check(
-            self.train.block_size <= preset.block_size, "train.block_size", self.train.block_size,
-            f"at most {preset.block_size}, the context of model={self.model}",
-        )
         for name in self.variants:
             _check(bool(SAFE_NAME.fullmatch(name)), "variants", name,
                    "names of letters, digits and underscores (not starting with a digit), at most 64 long")
@@ -180,22 +300,33 @@ class Params:
                    ", ".join(self.variants))
         for name in self.profile.variants:
             _check(name in self.variants, "profile.variants", name, ", ".join(self.variants) or "(no variants)")
+        for where, settings in [("", self.run), *((f"variants.{n}.", s) for n, s in self.variants.items())]:
+            _check_combination(where, settings, self.batch_size(settings))
 
-    @property
-    def run(self) -> RunSettings:
-        """The train stage's settings, from the top-level keys."""
-        return RunSettings(self.precision, self.attention, self.compile, self.fused_adamw)
+    def batch_size(self, settings: RunSettings) -> int:
+        """Sequences per optimizer step under these settings."""
+        return settings.batch_size or self.train.batch_size
 
-    def model_config(self, settings: RunSettings, data_vocab: int) -> GPTConfig:
-        """The preset with the attention kernel and the data's vocabulary filled in."""
-        preset = PRESETS[self.model]
-        vocab = preset.vocab_size or padded_vocab(data_vocab)
-        if data_vocab > vocab:
-            raise LabError(
-                f"model={self.model} has {vocab} token embeddings but the data has {data_vocab} tokens; "
-                f"lower data.vocab_size to at most {vocab} and rerun prepare"
-            )
-        return GPTConfig.from_name(self.model, vocab_size=vocab, attention=settings.attention)
+
+def variant_from(given: str | None, stage: str | None, p: Params, kind: str = "bench") -> str:
+    """The variant to run: --variant, else the part of DVC_STAGE after `<kind>@`; it must be in params."""
+    name = given
+    if name is None:
+        if not stage or f"{kind}@" not in stage:
+            raise LabError(f"no variant given: pass --variant NAME, or run as the DVC stage {kind}@NAME")
+        name = stage.split(f"{kind}@", 1)[1]
+    if name not in p.variants:
+        raise LabError(f"variant {name!r} is not in params.yaml; valid: {', '.join(p.variants)}")
+    return name
+
+
+def _check_combination(where: str, s: RunSettings, batch: int) -> None:
+    """Knob values that are each valid but impossible together; `where` prefixes the key ("variants.x.")."""
+    _check(s.compile or s.compile_mode == "default", f"{where}compile_mode", s.compile_mode,
+           "default unless compile=true (set compile=true to use another mode)")
+    _check(s.batch_size is None or s.batch_size > 0, f"{where}batch_size", s.batch_size, "a positive integer")
+    _check(s.grad_accum >= 1, f"{where}grad_accum", s.grad_accum, "1 or more")
+    _check(batch % s.grad_accum == 0, f"{where}grad_accum", s.grad_accum, f"a divisor of the batch size {batch}")
 
 
 def _check(ok: bool, key: str, value: object, valid: str) -> None:
@@ -206,6 +337,11 @@ def _check(ok: bool, key: str, value: object, valid: str) -> None:
 def _convert(value: Any, hint: Any, key: str) -> Any:
     """Check one YAML value against a type hint, recursing into dataclasses, lists and dicts."""
     origin = get_origin(hint)
+    if origin in (Union, types.UnionType):  # `int | None`: None, or a value of the other type
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(hint) if a is not type(None)]
+        return _convert(value, inner, key)
     if origin is Literal:
         choices = get_args(hint)
         if value not in choices:
@@ -263,6 +399,26 @@ def parse(cls: type, data: Any, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def parse_params(data: Any) -> Params:
+    """Params from params.yaml's mapping: the knobs at the top level are gathered into `run`."""
+    if not isinstance(data, dict):
+        raise LabError(f"params.yaml must be a mapping, got {data!r}")
+    if "run" in data:
+        raise LabError(f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}")
+    if "batch_size" in data:
+        raise LabError("batch_size=... at the top level is not valid; set train.batch_size (variants set batch_size)")
+    knobs = {k: v for k, v in data.items() if k in KNOBS}
+    rest = {k: v for k, v in data.items() if k not in KNOBS}
+    sections = {f.name for f in fields(Params)} - {"run"}
+    for key in rest:
+        if key not in sections:
+            valid = ", ".join(sorted(sections | set(KNOBS) - {"batch_size"}))
+            raise LabError(f"unknown key {key!r}; valid keys: {valid}")
+    hints = get_type_hints(Params)
+    kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
+    return Params(run=parse(RunSettings, knobs), **kwargs)
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and check params.yaml; any problem raises LabError naming the key."""
     path = Path(path)
@@ -275,4 +431,4 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
         raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
-    return parse(Params, data)
+    return parse_params(data)

@@ -6,12 +6,34 @@ stages depend on that file, so DVC reuses a timing only on the same machine
 and software. `provenance()` adds what identifies one run (commit, date).
 """
 
+import hashlib
 import os
 import platform
 import subprocess
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+# The code a result depends on: everything a stage can import.
+SOURCE_DIRS = ("benchlab", "model", "stages")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_bf16_native() -> bool:
+    """Whether the CPU computes bf16 natively (AVX-512 BF16 or AMX); without it autocast to bf16 is emulated."""
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
 
 
 def _cpu_model() -> str:
@@ -42,6 +64,7 @@ def environment() -> dict:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "cpu_bf16_native": cpu_bf16_native(),
         "cuda_available": torch.cuda.is_available(),
         "cuda": torch.version.cuda,
         "gpu": None, "gpu_count": 0, "gpu_capability": None, "driver": None, "cudnn": None,
@@ -56,13 +79,34 @@ def environment() -> dict:
     return env
 
 
+def source_sha256(root: Path = ROOT) -> str:
+    """sha256 over the project's Python sources (path and bytes, in sorted order): the code that ran."""
+    digest = hashlib.sha256()
+    for folder in SOURCE_DIRS:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def tree_clean(root: Path = ROOT) -> bool | None:
+    """Whether git sees no uncommitted change to the sources, params or dvc.yaml; None outside a git checkout."""
+    status = _run(["git", "-C", str(root), "status", "--porcelain", "--", *SOURCE_DIRS, "dvc.yaml", "params.yaml"])
+    if status is None:
+        inside = _run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"])
+        return True if inside == "true" else None
+    return False
+
+
 def provenance() -> dict:
-    """The commit and time of a run; changes every run, so never a DVC dependency.
+    """The commit, source hash and time of a run; changes every run, so never a DVC dependency.
 
     BENCHLAB_GIT_COMMIT, when set, names the source commit of a run made in a
-    scratch copy (scripts/gpu_matrix.sh sets it), whose own HEAD means nothing.
+    scratch copy (scripts/gpu_matrix.sh sets it), whose own HEAD means nothing;
+    the source hash shows whether the code that ran is that commit's.
     """
     return {
-        "provenance.git_commit": os.environ.get("BENCHLAB_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]),
+        "provenance.git_commit": os.environ.get("BENCHLAB_GIT_COMMIT") or _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"]),
+        "provenance.tree_clean": tree_clean(),
+        "provenance.source_sha256": source_sha256(),
         "provenance.date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -6,8 +6,11 @@ work is synchronous, a monotonic host clock. Memory peaks are reset when the
 timed window opens.
 """
 
+import os
 import resource
+import subprocess
 import time
+from typing import Any
 
 import torch
 
@@ -73,3 +76,65 @@ def peaks(device: torch.device) -> dict[str, float | None]:
         }
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"peak_mem_allocated_mb": None, "peak_mem_reserved_mb": None, "peak_rss_mb": rss_kb / 1024}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def gpu_processes() -> list[int] | None:
+    """PIDs nvidia-smi sees computing on a GPU, or None where it cannot tell (no nvidia-smi)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+class Neighbours:
+    """What else used the machine during a timed window: other GPU processes, and CPU time not ours."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.ours = {os.getpid(), os.getppid()}
+        self.seen: set[int] = set()
+        self.known = True
+
+    def start(self) -> None:
+        self._look()
+        self._t0, self._jiffies0 = time.perf_counter(), _cpu_jiffies()
+        self._self0 = time.process_time()
+
+    def _look(self) -> None:
+        if not self.cuda:
+            return
+        pids = gpu_processes()
+        if pids is None:
+            self.known = False
+        else:
+            self.seen.update(set(pids) - self.ours)
+
+    def finish(self) -> dict[str, Any]:
+        """Flat facts for the result record; busy shares are of all cores, in percent."""
+        self._look()
+        busy, total = (b - a for a, b in zip(self._jiffies0, _cpu_jiffies()))
+        cores = os.cpu_count() or 1
+        wall = time.perf_counter() - self._t0
+        ours = 100.0 * (time.process_time() - self._self0) / (wall * cores) if wall > 0 else 0.0
+        machine = 100.0 * busy / total if total else 0.0
+        return {
+            "other_gpu_processes": sorted(self.seen) if self.cuda and self.known else None,
+            "cpu_busy_pct": machine,
+            "cpu_busy_ours_pct": ours,
+            "cpu_busy_others_pct": max(0.0, machine - ours),
+        }

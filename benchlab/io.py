@@ -8,6 +8,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchlab import lifeline
+
+# The outputs of the stage running in this process, registered by `remove_outputs`,
+# so that a stage that fails or is stopped leaves none of them behind.
+_outputs: list[Path] = []
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -17,6 +23,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
+        lifeline.check()  # a stage whose starter died writes nothing more
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -34,7 +41,23 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def remove_outputs(*paths: str | Path) -> None:
-    """Delete stage outputs left from an earlier run, so a failure leaves none behind."""
+    """Delete stage outputs left from an earlier run, and remember them: a failure removes them again."""
+    _outputs.extend(map(Path, paths))
+    _delete(paths)
+
+
+def forget_outputs() -> None:
+    """A new stage run starts with no registered outputs."""
+    _outputs.clear()
+
+
+def discard_outputs() -> None:
+    """Remove whatever the failed or stopped stage had written of its outputs."""
+    _delete(_outputs)
+    _outputs.clear()
+
+
+def _delete(paths: "list[Path] | tuple[str | Path, ...]") -> None:
     for p in map(Path, paths):
         if p.is_dir():
             shutil.rmtree(p)

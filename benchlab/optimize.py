@@ -1,21 +1,26 @@
 """Every optimization is applied here, from outside the model, in one fixed order.
 
-1. device placement, 2. TF32 matmul flags, 3. the optimizer (for-loop or
-fused AdamW), 4. torch.compile, 5. autocast and the fp16 GradScaler. The
-model itself only knows its attention kernel.
-"""
+0. the attention kernel (the model's constructor, `benchlab.build`), then:
+1. device placement, 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
+4. activation checkpointing of each block, 5. the loss head, wrapped whole by
+torch.compile (with its mode), 6. the optimizer (for-loop or fused AdamW),
+7. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
+modules before checkpointing wraps them, and compile sees the final module tree."""
 
 import importlib.util
 import os
 import shutil
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn as nn
 
-from benchlab.config import DeviceChoice, RunSettings, TrainParams
+from benchlab.config import DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
 from benchlab.errors import LabError
+from benchlab.losses import LossFn, loss_fn
+from model.gpt import GPT
 
 
 def resolve_device(choice: DeviceChoice) -> torch.device:
@@ -27,29 +32,62 @@ def resolve_device(choice: DeviceChoice) -> torch.device:
     return torch.device(choice)
 
 
-def unsupported_reason(settings: RunSettings, device: torch.device) -> str | None:
-    """Why these settings cannot run on this device, or None when they can."""
+def device_facts(device: torch.device) -> DeviceFacts:
+    """What this device and this Python can run, for the knobs' checks."""
+    installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel")}
     if device.type == "cpu":
-        if settings.precision == "fp16":
-            return "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
-        if settings.precision == "tf32":
-            return "precision=tf32 is a CUDA tensor-core mode (Ampere or newer); on CPU it would time fp32 again"
-        if settings.compile and not shutil.which(os.environ.get("CXX", "g++")):
-            return "compile=true on CPU needs a C++ compiler (g++) for inductor; install one or set compile=false"
-        return None
-    major, _ = torch.cuda.get_device_capability(device)
-    if settings.precision == "bf16" and not torch.cuda.is_bf16_supported():
-        return f"precision=bf16 needs an Ampere or newer GPU; {torch.cuda.get_device_name(device)} has no bf16; use fp16"
-    if settings.precision == "tf32" and major < 8:
-        return f"precision=tf32 needs an Ampere or newer GPU; {torch.cuda.get_device_name(device)} is compute capability {major}.x"
-    if settings.compile and importlib.util.find_spec("triton") is None:
-        return "compile=true on CUDA needs triton (pip install triton); or set compile=false"
-    return None
+        return DeviceFacts(kind="cpu", name="cpu", cxx=shutil.which(os.environ.get("CXX", "g++")) is not None,
+                           torchao=installed["torchao"])
+    return DeviceFacts(
+        kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
+        bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
+        liger=installed["liger_kernel"], gpu_count=torch.cuda.device_count(),
+    )
+
+
+def why_not(settings: RunSettings, device: torch.device) -> str | None:
+    """Why these settings cannot run on this device, or None when they can."""
+    return unsupported_reason(settings, device_facts(device))
 
 
 def set_tf32(settings: RunSettings) -> None:
     """TF32 off only for the pure-fp32 recipe; on for tf32, and for what autocast leaves in fp32."""
     torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
+
+
+def to_float8(model: GPT) -> None:
+    """The blocks' Linear layers compute in float8 (tensorwise scales); the tied output head stays as is."""
+    from torchao.float8 import convert_to_float8_training
+
+    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn.startswith("blocks."))
+
+
+def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+    """Selective checkpointing: save what matmuls and attention produce, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    keep = op in _SAVED_OPS
+    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+_SAVED_OPS = {
+    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def checkpoint_blocks(model: GPT, mode: str) -> None:
+    """Wrap every block so backward recomputes it (full) or its cheap ops only (selective)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    kwargs = {} if mode == "full" else {"context_fn": partial(create_selective_checkpoint_contexts, _keep_matmuls)}
+    for i, block in enumerate(model.blocks):
+        # The wrapper strips its own prefix from state_dict keys, so checkpoints stay loadable.
+        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False, **kwargs)
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
@@ -65,12 +103,19 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
     return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), foreach=False, fused=False)
 
 
-@dataclass
-class Applied:
-    """A model ready to train: what to call, what to save, and how to step."""
+def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
+    """torch.compile with the run's mode, or None for eager."""
+    if not settings.compile:
+        return None
+    return partial(torch.compile, mode=None if settings.compile_mode == "default" else settings.compile_mode)
 
-    model: nn.Module  # raw module: save and evaluate this one
-    forward: nn.Module  # compiled or raw: train through this one
+
+@dataclass
+class TrainingRun:
+    """A model ready to train: the raw module to save and evaluate, the loss to step through, and how to step."""
+
+    model: GPT  # raw module: save and evaluate this one
+    loss: LossFn  # (idx, targets) -> mean loss, compiled or eager, with the run's loss head
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
     device: torch.device
@@ -83,15 +128,24 @@ class Applied:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
 
-def apply(model: nn.Module, settings: RunSettings, device: torch.device, train: TrainParams) -> Applied:
+def make_scaler(settings: RunSettings, device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 needs loss scaling (its 5-bit exponent underflows small gradients); nothing else does."""
+    return torch.amp.GradScaler(device.type) if settings.precision == "fp16" else None
+
+
+def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
     """Apply the settings to a freshly built model, in the module docstring's order."""
-    reason = unsupported_reason(settings, device)
+    reason = why_not(settings, device)
     if reason:
         raise LabError(reason)
     model = model.to(device)
     if device.type == "cuda":
         set_tf32(settings)
+    if settings.fp8:
+        to_float8(model)
+    if settings.activation_checkpointing != "none":
+        checkpoint_blocks(model, settings.activation_checkpointing)
+    wrap = compiler(settings) or (lambda module: module)
+    loss = loss_fn(model, settings.loss, wrap)
     optimizer = make_optimizer(model, settings, train)
-    forward = torch.compile(model) if settings.compile else model
-    scaler = torch.amp.GradScaler("cuda") if settings.precision == "fp16" else None
-    return Applied(model, forward, optimizer, scaler, device, settings)
+    return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)

@@ -21,9 +21,11 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("variant", "variant", "s"),
     ("status", "status", "s"),
     ("tokens/s", "tokens_per_sec", ",.0f"),
-    ("95% CI tokens/s", "tokens_per_sec_ci95", "s"),
+    ("next run 95% tokens/s", "tokens_per_sec_pi95", "s"),
     ("speedup", "speedup_x", ".2f"),
     ("significant", "significant", "s"),
+    ("wall tokens/s", "tokens_per_sec_wall", ",.0f"),
+    ("host gap %", "host_overhead_pct", ".1f"),
     ("step ms median", "step_ms_median", ".2f"),
     ("p10", "step_ms_p10", ".2f"),
     ("p90", "step_ms_p90", ".2f"),
@@ -39,6 +41,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("loss ok", "loss_ok", "s"),
     ("notes", "notes", "s"),
 ]
+SOURCE_KEY = "provenance.source_sha256"
 ENV_KEYS = ("env.gpu", "env.driver", "env.cuda", "env.torch", "env.python", "env.cpu", "env.torch_threads")
 
 
@@ -72,8 +75,25 @@ def check_one_env(results: list[dict[str, Any]], allow_mixed: bool) -> None:
             )
 
 
+def check_one_source(results: list[dict[str, Any]], allow_mixed: bool) -> None:
+    """Refuse a table whose rows ran different code, or code from a modified tree."""
+    if allow_mixed:
+        return
+    sources = {r.get(SOURCE_KEY) for r in results}
+    if len(sources) > 1:
+        groups = ", ".join(f"{str(src)[:12]}: {', '.join(r['variant'] for r in results if r.get(SOURCE_KEY) == src)}"
+                           for src in sources)
+        raise LabError(f"the variants ran different source code ({groups}); rerun them from one commit "
+                       "(`dvc repro -f` the stale ones), or set aggregate.allow_mixed_source=true to compare anyway")
+    dirty = [r["variant"] for r in results if r.get("provenance.tree_clean") is False]
+    if dirty:
+        raise LabError(f"{', '.join(dirty)} ran from a tree with uncommitted changes, so no commit names their code; "
+                       "commit and rerun them, or set aggregate.allow_mixed_source=true to tabulate anyway")
+
+
 def _ci(r: dict[str, Any]) -> tuple[float, float] | None:
-    low, high = r.get("tokens_per_sec_ci95_low"), r.get("tokens_per_sec_ci95_high")
+    """The interval a row is judged by: where the next independent run should land, 95%."""
+    low, high = r.get("tokens_per_sec_pi95_low"), r.get("tokens_per_sec_pi95_high")
     return (low, high) if low is not None and high is not None else None
 
 
@@ -87,7 +107,7 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         row = {k: r.get(k) for _, k, _ in COLUMNS if k in r}
         row.update({"variant": r["variant"], "status": r["status"], "notes": r.get("message", "")})
         ci = _ci(r)
-        row["tokens_per_sec_ci95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
+        row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["speedup_x"] = row["mem_change_pct"] = row["significant"] = row["loss_ok"] = None
         if r["status"] == "ok" and base_ok:
             assert base is not None
@@ -99,6 +119,8 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
             row["significant"] = None if sep is None or r is base else ("yes" if sep else "no")
             gap = abs(r["val_loss"] - base["val_loss"])
             row["loss_ok"] = "yes" if gap <= tolerance else f"NO ({gap:.3f} > {tolerance})"
+            if r.get("batch_size") != base.get("batch_size"):
+                row["loss_ok"] = f"n/a (batch {r.get('batch_size')}, baseline {base.get('batch_size')})"
         if r["status"] == "ok":
             warnings = []
             if not r.get("steady_state_ok", True):
@@ -108,6 +130,10 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
             spread = r.get("val_loss_repeat_spread") or 0.0
             if spread > repeat_tolerance:
                 warnings.append(f"repeats disagree: val loss spread {spread:.4f} > {repeat_tolerance}")
+            if r.get("interference_suspected"):
+                warnings.append(_interference(r))
+            if r.get("peak_mem_allocated_comparable") is False:
+                warnings.append("CUDA graphs: allocated peak misses the graph pools; compare reserved memory")
             if r.get("fp16_skipped_steps"):
                 warnings.append(f"GradScaler skipped {r['fp16_skipped_steps']} steps")
             row["notes"] = "; ".join(warnings)
@@ -115,8 +141,19 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
     return rows
 
 
+def _interference(r: dict[str, Any]) -> str:
+    parts = []
+    if r.get("other_gpu_processes"):
+        parts.append(f"other GPU processes {r['other_gpu_processes']}")
+    if (r.get("cpu_busy_others_pct_max") or 0.0) > 0:
+        parts.append(f"others kept {r['cpu_busy_others_pct_max']:.0f}% of the CPU busy")
+    return "machine shared while timed: " + ", ".join(parts)
+
+
 def _mem(r: dict[str, Any]) -> float | None:
-    """The memory figure rows are compared on: CUDA peak allocated, else CPU peak RSS."""
+    """The memory figure rows are compared on: CUDA peak allocated (reserved under CUDA graphs), else peak RSS."""
+    if r.get("peak_mem_allocated_comparable") is False:
+        return r.get("peak_mem_reserved_mb")
     return r.get("peak_mem_allocated_mb") if r.get("peak_mem_allocated_mb") is not None else r.get("peak_rss_mb")
 
 

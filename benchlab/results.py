@@ -11,6 +11,18 @@ from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.runner import RunRecord
 from model.gpt import GPTConfig
 
+# Another process using more than this share of all CPU cores while we timed
+# makes the figure suspect (a data loader or a second benchmark, say).
+BUSY_OTHERS_PCT = 20.0
+
+# What `dvc metrics diff` and `dvc exp show` compare: numbers only, never the
+# environment or provenance strings, which stay in the full record.
+METRIC_KEYS = (
+    "tokens_per_sec", "tokens_per_sec_wall", "host_overhead_pct", "step_ms_median", "step_ms_p90",
+    "peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb", "mfu_pct", "warmup_s",
+    "final_train_loss", "val_loss", "val_perplexity",
+)
+
 # Leak check: memory held after the last timed step may exceed that after the
 # first by this much before we flag it (allocator and RSS jitter stay below).
 LEAK_MB = 8.0
@@ -20,6 +32,7 @@ LEAK_FRACTION = 0.02
 def resolved_params(p: Params, settings: RunSettings) -> dict[str, Any]:
     """The params this run actually used, the variant's settings in place of the top level."""
     d = asdict(p)
+    d.pop("run")
     d.update(asdict(settings))
     for unused in ("variants", "aggregate", "profile"):
         d.pop(unused)
@@ -32,9 +45,9 @@ def base_record(name: str, p: Params, settings: RunSettings, device: str, env: d
         "device": device,
         **asdict(settings),
         "model": p.model,
-        "batch_size": p.train.batch_size,
+        "batch_size": p.batch_size(settings),
         "block_size": p.train.block_size,
-        "tokens_per_step": p.train.batch_size * p.train.block_size,
+        "tokens_per_step": p.batch_size(settings) * p.train.block_size,
         **flat("env", env),
         **prov,
         **resolved_params(p, settings),
@@ -57,14 +70,16 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     tokens = base["tokens_per_step"]
     medians = [stats.describe(r.timed_ms)["median"] for r in runs]
     tps = [tokens / (m / 1000.0) for m in medians]
+    wall = [tokens * len(r.timed_ms) / (r.window_wall_ms / 1000.0) for r in runs if r.window_wall_ms]
     pooled = stats.describe([t for r in runs for t in r.timed_ms])
-    tps_ci, ms_ci = stats.t_interval(tps), stats.t_interval(medians)
+    tps_pi, tps_ci, ms_ci = stats.prediction_interval(tps), stats.t_interval(tps), stats.t_interval(medians)
     gaps = [stats.halves_gap(r.timed_ms) for r in runs]
     growth = max(r.mem_growth_mb or 0.0 for r in runs)
     peak = max((r.memory.get("peak_mem_allocated_mb") or r.memory.get("peak_rss_mb") or 0.0) for r in runs)
     fpt = flops_per_token(cfg, n_params, base["block_size"])
     peak_tf = peak_tflops(base.get("env.gpu")) if base.get("env.cuda_available") and base.get("device") == "cuda" else None
     tps_median = stats.describe(tps)["median"]
+    wall_median = stats.describe(wall)["median"] if wall else None
     vals = [r.val_loss for r in runs if r.val_loss is not None]
     out.update({
         "status": "ok",
@@ -72,10 +87,17 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "timed_steps": len(first.timed_ms),
         "tokens_per_sec": tps_median,
         "tokens_per_sec_mean": stats.describe(tps)["mean"],
+        # Where the next independent run (a fresh process) should land, 95%: the table's interval.
+        "tokens_per_sec_pi95_low": tps_pi[0] if tps_pi else None,
+        "tokens_per_sec_pi95_high": tps_pi[1] if tps_pi else None,
+        # Where the mean of these repeats lies, 95%: narrower; kept for reference.
         "tokens_per_sec_ci95_low": tps_ci[0] if tps_ci else None,
         "tokens_per_sec_ci95_high": tps_ci[1] if tps_ci else None,
         "tokens_per_sec_cv_pct": stats.describe(tps)["cv_pct"] if len(tps) > 1 else None,
         "repeat_tokens_per_sec": tps,
+        # Wall clock over the timed window: host work between steps (batches, copies) included.
+        "tokens_per_sec_wall": wall_median,
+        "host_overhead_pct": 100.0 * (1.0 - wall_median / tps_median) if wall_median else None,
         "step_ms_median": stats.describe(medians)["median"],
         "step_ms_ci95_low": ms_ci[0] if ms_ci else None,
         "step_ms_ci95_high": ms_ci[1] if ms_ci else None,
@@ -85,10 +107,13 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "steady_gap_pct": 100.0 * max(gaps),
         "steady_state_ok": max(gaps) <= steady_tolerance,
         **{k: _max_or_none(runs, k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb")},
+        # CUDA graphs allocate from private pools that the allocated peak does not see.
+        "peak_mem_allocated_comparable": base.get("compile_mode") != "reduce-overhead",
         "mem_growth_mb": growth,
         # Judged on CUDA only, where the allocator counts tensor bytes exactly;
         # a CPU's resident set grows with the C allocator's caching too.
         "leak_suspected": growth > max(LEAK_MB, LEAK_FRACTION * peak) if base.get("device") == "cuda" else None,
+        **neighbours(runs),
         "first_step_ms": first.first_step_ms,
         "warmup_s": first.warmup_s,
         "flops_per_token": fpt,
@@ -101,6 +126,27 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "fp16_skipped_steps": first.skipped_steps,
     })
     return out
+
+
+def neighbours(runs: list[RunRecord]) -> dict[str, Any]:
+    """What else used the machine during any repeat's timed window, and whether that makes the figure suspect."""
+    facts = [r.neighbours for r in runs if r.neighbours]
+    if not facts:
+        return {"interference_suspected": None}
+    gpu = [f["other_gpu_processes"] for f in facts if f.get("other_gpu_processes") is not None]
+    others = max(f["cpu_busy_others_pct"] for f in facts)
+    pids = sorted({pid for seen in gpu for pid in seen})
+    return {
+        "other_gpu_processes": pids if gpu else None,
+        "cpu_busy_others_pct_max": others,
+        "cpu_busy_ours_pct_max": max(f["cpu_busy_ours_pct"] for f in facts),
+        "interference_suspected": bool(pids) or others > BUSY_OTHERS_PCT,
+    }
+
+
+def metric_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a person compares across experiments, for the files DVC reads as metrics."""
+    return {k: record[k] for k in METRIC_KEYS if isinstance(record.get(k), (int, float))}
 
 
 def _max_or_none(runs: list[RunRecord], key: str) -> float | None:

@@ -1,25 +1,35 @@
 """One training run under given settings, timed by the harness.
 
-The train stage and every variant stage call `train_once`; a variant's
-repeats call it again with a fresh model and the same seed, so runs differ
-only in their settings.
+The train stage, every variant stage and the profile stage call `train_once`
+(the profiler through its `on_step` hook), so they share one training step,
+one learning-rate schedule and one way of feeding batches. A variant's
+repeats each run in a fresh process (`repeat_in_fresh_process`), so no
+repeat inherits another's allocator, caches or clocks.
 """
 
 import gc
+import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from benchlab import harness
+from benchlab import harness, lifeline
+from benchlab.build import fresh_model
 from benchlab.config import Params, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
-from benchlab.optimize import Applied, apply
-from model.gpt import GPT, GPTConfig
+from benchlab.errors import LabError
+from benchlab.optimize import TrainingRun, apply
 
 
 class Diverged(Exception):
@@ -38,20 +48,29 @@ class RunRecord:
     message: str = ""
     losses: list[float] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
-    step_ms: list[float] = field(default_factory=list)  # every step, warm-up included
+    step_ms: list[float] = field(default_factory=list)  # every step, warm-up included (device time on CUDA)
     warmup_steps: int = 0
     warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
     first_step_ms: float | None = None
+    window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
     memory: dict = field(default_factory=dict)
     mem_growth_mb: float | None = None  # memory held after the last timed step minus after the first
     skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
     diverged_step: int | None = None
     val_loss: float | None = None
-    applied: Applied | None = None  # the trained model, for the train stage to save
+    neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
+    run: TrainingRun | None = None  # the trained model, for the train stage to save; never serialized
 
     @property
     def timed_ms(self) -> list[float]:
         return self.step_ms[self.warmup_steps :]
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunRecord":
+        return cls(**json.loads(text))
 
 
 def lr_at(step: int, total: int, p: Params) -> float:
@@ -63,37 +82,46 @@ def lr_at(step: int, total: int, p: Params) -> float:
     return p.train.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (p.train.lr - p.train.min_lr)
 
 
-def build(p: Params, settings: RunSettings, data: TokenData, device: torch.device) -> Applied:
-    """The same initial weights on every device: seeded init on CPU, then moved."""
-    torch.manual_seed(p.seed)
-    model = GPT(p.model_config(settings, data.vocab_size))
-    return apply(model, settings, device, p.train)
+def build(p: Params, settings: RunSettings, data: TokenData, device: torch.device) -> TrainingRun:
+    """A fresh model (same initial weights on every device) with the settings applied."""
+    return apply(fresh_model(p, settings, data.vocab_size), settings, device, p.train)
 
 
-def model_shape(p: Params, settings: RunSettings, data_vocab: int) -> tuple[GPTConfig, int]:
-    """The model's config and non-embedding parameter count, without allocating weights."""
-    cfg = p.model_config(settings, data_vocab)
-    with torch.device("meta"):
-        return cfg, GPT(cfg).num_params()
-
-
-def train_step(a: Applied, x: torch.Tensor, y: torch.Tensor, grad_clip: float) -> torch.Tensor:
-    with a.autocast():
-        _, loss = a.forward(x, y)
-    if a.scaler is not None:
-        a.scaler.scale(loss).backward()
-        a.scaler.unscale_(a.optimizer)
-    else:
-        loss.backward()
+def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: float, micro_batches: int = 1) -> torch.Tensor:
+    """One optimizer step over a batch split into `micro_batches`; returns the batch's mean loss (detached)."""
+    total: torch.Tensor | None = None
+    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+        if run.settings.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # the graphs' outputs of the last step may be reused
+        with run.autocast():
+            loss = run.loss(xs, ys) / micro_batches
+        (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    if run.scaler is not None:
+        run.scaler.unscale_(run.optimizer)
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(a.model.parameters(), grad_clip)
-    if a.scaler is not None:
-        a.scaler.step(a.optimizer)
-        a.scaler.update()
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), grad_clip)
+    if run.scaler is not None:
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
     else:
-        a.optimizer.step()
-    a.optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+        run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    assert total is not None
+    return total
+
+
+def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy a batch to the device without stalling the host.
+
+    From pageable memory a "non_blocking" copy is not: CUDA first waits for the
+    stream to drain, so the host loses its lead and the next step's kernels
+    start late (the step-time tail on fast GPUs). From pinned memory the copy
+    is queued like a kernel.
+    """
+    if device.type != "cuda":
+        return batch
+    return tuple(t.pin_memory().to(device, non_blocking=True) for t in batch)  # type: ignore[return-value]
 
 
 class LossReader:
@@ -135,41 +163,58 @@ class LossReader:
             raise Diverged(step, self.values[-1])
 
 
-def _loop(a: Applied, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord, progress: bool) -> None:
-    device = a.device
-    stream = BatchStream(data.train, p.train.batch_size, p.train.block_size, p.seed)
+def skipped_steps(scales: list[torch.Tensor]) -> int | None:
+    """fp16: how many steps the GradScaler skipped; a skipped step lowers the scale (initially 65536)."""
+    if not scales:
+        return None
+    s = torch.stack(scales).float().cpu().numpy()
+    return int((s[1:] < s[:-1]).sum() + (s[0] < 65536.0))
+
+
+def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
+          progress: str | None, on_step: Callable[[], None] | None) -> None:
+    device = run.device
+    settings = run.settings
+    stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, p.seed)
     clock = harness.StepClock(device)
     reader = LossReader(device)
+    neighbours = harness.Neighbours(device)
     rec.losses = reader.values
     scales: list[torch.Tensor] = []
     held: list[float] = []
-    t_start = time.perf_counter()
-    for step in tqdm(range(steps), desc="train", unit="step", disable=not progress, mininterval=2.0):
+    t_start = t_window = time.perf_counter()
+    for step in tqdm(range(steps), desc=progress, unit="step", disable=progress is None, mininterval=5.0,
+                     file=sys.stdout):
+        lifeline.at(f"step {step} of {steps}")
         if step == warmup:
             harness.reset_peaks(device)  # synchronizes: the warm-up is finished
             rec.warmup_s = time.perf_counter() - t_start
+            neighbours.start()
+            t_window = time.perf_counter()
         lr = lr_at(step, steps, p)
-        for group in a.optimizer.param_groups:
+        for group in run.optimizer.param_groups:
             group["lr"] = lr
-        x, y = stream.next()
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x, y = to_device(stream.next(), device)
         clock.start()
-        loss = train_step(a, x, y, p.train.grad_clip)
+        loss = train_step(run, x, y, p.train.grad_clip, settings.grad_accum)
         clock.stop()
-        if a.scaler is not None:
-            scales.append(a.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
+        if run.scaler is not None:
+            scales.append(run.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
         reader.push(step, loss)
         rec.lrs.append(lr)
         if step >= warmup:
             held.append(harness.current_mb(device))
+        if on_step is not None:
+            on_step()
     reader.flush()
+    harness.sync(device)
+    rec.window_wall_ms = (time.perf_counter() - t_window) * 1000.0
+    rec.neighbours = neighbours.finish()
     rec.step_ms = clock.times_ms()
     rec.first_step_ms = rec.step_ms[0]
     rec.memory = harness.peaks(device)
     rec.mem_growth_mb = held[-1] - held[0] if held else None
-    if scales:
-        s = torch.stack(scales).float().cpu().numpy()
-        rec.skipped_steps = int((s[1:] < s[:-1]).sum() + (s[0] < 65536.0))  # a drop marks a skipped step
+    rec.skipped_steps = skipped_steps(scales)
 
 
 @torch.no_grad()
@@ -186,29 +231,50 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
     return float(np.mean(losses))
 
 
-def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device,
-               steps: int, warmup: int, keep_model: bool = False, progress: bool = False) -> RunRecord:
-    """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash."""
+def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device, steps: int, warmup: int,
+               keep_model: bool = False, progress: str | None = None,
+               on_step: Callable[[], None] | None = None) -> RunRecord:
+    """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
+
+    `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook).
+    """
     rec = RunRecord(status="ok", warmup_steps=warmup)
     check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
     check_fits(data.val, p.train.block_size, "validation")
-    a: Applied | None = None
+    run: TrainingRun | None = None
     try:
-        a = build(p, settings, data, device)
-        _loop(a, p, data, steps, warmup, rec, progress)
-        rec.val_loss = evaluate(a.model, p, data, device, a.autocast())
+        run = build(p, settings, data, device)
+        _loop(run, p, data, steps, warmup, rec, progress, on_step)
+        rec.val_loss = evaluate(run.model, p, data, device, run.autocast())
         if keep_model:
-            rec.applied = a
+            rec.run = run
     except Diverged as err:
         rec.status, rec.message, rec.diverged_step = "diverged", str(err), err.step
     except torch.OutOfMemoryError as err:
         rec.status = "oom"
-        rec.message = f"out of memory at train.batch_size={p.train.batch_size}: {str(err).splitlines()[0]}"
+        rec.message = f"out of memory at batch size {p.batch_size(settings)}: {str(err).splitlines()[0]}"
     finally:
         if not keep_model:
-            del a
+            del run
             release(device)
     return rec
+
+
+def repeat_in_fresh_process(argv: list[str]) -> RunRecord:
+    """Run one repeat as `python <argv> --record-to FILE` in a new process and read back its RunRecord.
+
+    The child is the same stage in its repeat mode; a failure there (a LabError,
+    a crash, a stop) fails this stage with the child's last words.
+    """
+    with tempfile.TemporaryDirectory(prefix="benchlab-repeat-") as tmp:
+        out = Path(tmp) / "record.json"
+        proc = subprocess.run([sys.executable, *argv, "--record-to", str(out)], stdout=None,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if proc.returncode != 0 or not out.is_file():
+            sys.stderr.write(proc.stderr)
+            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise LabError(f"a repeat's process failed (exit {proc.returncode}): {last}")
+        return RunRecord.from_json(out.read_text())
 
 
 def release(device: torch.device) -> None:

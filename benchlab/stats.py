@@ -41,6 +41,23 @@ def t_interval(values: list[float]) -> tuple[float, float] | None:
     return float(a.mean()) - half, float(a.mean()) + half
 
 
+def prediction_interval(values: list[float]) -> tuple[float, float] | None:
+    """95% prediction interval for one more run: mean +- t * s * sqrt(1 + 1/n); None with fewer than two.
+
+    A confidence interval for the mean shrinks as repeats pile up, so two
+    sessions' intervals stop overlapping as soon as sessions differ at all; this
+    one says where the next independent run's value should fall, which is what
+    a second run of the matrix is.
+    """
+    n = len(values)
+    if n < 2:
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
+    half = t * float(a.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n)
+    return float(a.mean()) - half, float(a.mean()) + half
+
+
 def halves_gap(values: list[float]) -> float:
     """Relative gap between the medians of the first and second half of a window."""
     half = len(values) // 2

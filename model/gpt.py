@@ -73,8 +73,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.attention = cfg.attention
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        self.proj.residual_scaled = True  # type: ignore[assignment]
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # adds into the residual stream
         if cfg.attention == "manual":
             # True above the diagonal: the future positions each query must not see.
             future = torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool).triu(diagonal=1)
@@ -101,8 +100,7 @@ class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
-        self.proj.residual_scaled = True  # type: ignore[assignment]
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)  # adds into the residual stream
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
@@ -133,26 +131,25 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
-        self.apply(self._init_weights)
+        self._init_weights()
 
-    def _init_weights(self, module: nn.Module) -> None:
+    def _init_weights(self) -> None:
         # GPT-2: N(0, 0.02), and the projections that add into the residual
-        # stream scaled by 1/sqrt(2 * n_layer) so its variance stays put.
-        if isinstance(module, nn.Linear):
-            std = 0.02
-            if getattr(module, "residual_scaled", False):
-                std /= math.sqrt(2 * self.cfg.n_layer)
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        # stream (named `proj`) scaled by 1/sqrt(2 * n_layer) so its variance stays put.
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith(".proj") else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; position embeddings left out by default, as in MFU formulas."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, vocab) and, given targets, the mean cross-entropy."""
+    def features(self, idx: torch.Tensor) -> torch.Tensor:
+        """The final hidden states (B, T, C), after the last LayerNorm: what the output layer reads."""
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence of {T} tokens exceeds block_size={self.cfg.block_size}")
@@ -160,7 +157,11 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
+        return self.ln_f(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, T, vocab) and, given targets, the mean cross-entropy."""
+        logits = self.lm_head(self.features(idx))  # (B, T, vocab)
         if targets is None:
             return logits, None
         # Under autocast cross_entropy runs in fp32 by itself; no upcast copy of the logits here.

@@ -4,11 +4,14 @@ import argparse
 from pathlib import Path
 
 from benchlab.config import load_params
-from benchlab.env import provenance
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.plots import make_plots
-from benchlab.report import check_one_env, env_of, load_results, markdown, summarize, to_csv
+from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, summarize, to_csv
+
+# The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.
+SUMMARY_KEYS = ("tokens_per_sec", "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb",
+                "peak_mem_reserved_mb", "peak_rss_mb", "mem_change_pct", "mfu_pct", "val_loss")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,16 +27,13 @@ def main(argv: list[str] | None = None) -> None:
     p = load_params()
     results = load_results(args.result_dir, list(p.variants))
     check_one_env(results, p.aggregate.allow_mixed_env)
+    check_one_source(results, p.aggregate.allow_mixed_source)
     rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance, p.aggregate.repeat_tolerance)
     make_plots(rows, Path(args.steps_dir), Path(args.plot_dir))
     write_text(args.summary_csv, to_csv(rows))
     write_text(args.summary_md, markdown(rows, env_of(results[0])))
     write_json(args.summary_json, {
-        "baseline": p.aggregate.baseline,
-        "loss_tolerance": p.aggregate.loss_tolerance,
-        **provenance(),
-        **{f"env.{k.removeprefix('env.')}": v for k, v in env_of(results[0]).items()},
-        **{f"{row['variant']}.{k}": v for row in rows for k, v in row.items() if k != "variant"},
+        f"{row['variant']}.{k}": row[k] for row in rows for k in SUMMARY_KEYS if isinstance(row.get(k), (int, float))
     })
     print(markdown(rows, env_of(results[0])))
 

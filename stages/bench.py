@@ -1,60 +1,96 @@
 """Stage bench@<variant>: time one optimization variant, its repeats, and its validation loss.
 
+The variant's name comes from DVC_STAGE (`bench@<name>`), which DVC sets for
+every stage it runs, so no name a user wrote ever reaches a shell command
+line; `--variant NAME` serves runs outside DVC. Either way the name is checked
+against params.yaml before anything is written.
+
 A variant that the device cannot run is recorded as `skipped` with the
 reason, one that runs out of memory as `oom`, one whose loss turns NaN or Inf
-as `diverged`; each still writes its result so the matrix goes on.
+as `diverged`; each still writes its result so the matrix goes on. With
+`bench.repeats` above one, every repeat runs in a fresh process.
 """
 
 import argparse
+import os
 from pathlib import Path
 
-from benchlab.config import load_params
+from benchlab import devlock
+from benchlab.build import model_shape
+from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
-from benchlab.errors import LabError, run_main
+from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.optimize import resolve_device, unsupported_reason
+from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, skipped_record, steps_csv
-from benchlab.runner import RunRecord, model_shape, train_once
+from benchlab.runner import RunRecord, repeat_in_fresh_process, train_once
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--variant", required=True)
+    ap.add_argument("--variant", help="the variant to run (default: from DVC_STAGE)")
     ap.add_argument("data_dir")
     ap.add_argument("result_dir", help="gets <variant>.json")
     ap.add_argument("steps_dir", help="gets <variant>.csv, the per-step loss and time of the first repeat")
+    ap.add_argument("--record-to", help=argparse.SUPPRESS)  # repeat mode: one run, its record to this file
     args = ap.parse_args(argv)
-    result = Path(args.result_dir) / f"{args.variant}.json"
-    steps = Path(args.steps_dir) / f"{args.variant}.csv"
-    remove_outputs(result, steps)
     p = load_params()
-    if args.variant not in p.variants:
-        raise LabError(f"variant {args.variant!r} is not in params.yaml; valid: {', '.join(p.variants)}")
-    settings = p.variants[args.variant]
+    name = variant_from(args.variant, os.environ.get("DVC_STAGE"), p)
+    if args.record_to:
+        one_repeat(p, name, args.data_dir, Path(args.record_to))
+        return
+    result = Path(args.result_dir) / f"{name}.json"
+    steps = Path(args.steps_dir) / f"{name}.csv"
+    remove_outputs(result, steps)
+    settings = p.variants[name]
     device = resolve_device(p.device)
     data = load_tokens(args.data_dir)
-    base = base_record(args.variant, p, settings, device.type, environment(), provenance())
-    reason = unsupported_reason(settings, device)
+    base = base_record(name, p, settings, device.type, environment(), provenance())
+    reason = why_not(settings, device)
     if reason:
-        print(f"bench@{args.variant}: skipped: {reason}")
+        print(f"bench@{name}: skipped: {reason}")
         write_text(steps, "step,loss,lr,step_ms,timed\n")
         write_json(result, skipped_record(base, reason))
         return
-    runs: list[RunRecord] = []
-    for i in range(p.bench.repeats):
-        run = train_once(p, settings, data, device, p.bench.steps, p.bench.warmup_steps)
-        runs.append(run)
-        print(f"bench@{args.variant} repeat {i + 1}/{p.bench.repeats}: {run.status} {run.message}".rstrip())
-        if run.status != "ok":
-            break
+    with devlock.device_lock(device, p.bench.lock, f"bench@{name}"):
+        runs = run_repeats(p, name, [args.data_dir, args.result_dir, args.steps_dir])
     cfg, n_params = model_shape(p, settings, data.vocab_size)
     record = measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance)
     write_text(steps, steps_csv(runs[0]))
     write_json(result, record)
     if record["status"] == "ok":
-        print(f"bench@{args.variant}: {record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.2f} ms, "
+        print(f"bench@{name}: {record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.2f} ms, "
               f"val loss {record['val_loss']:.4f}")
+
+
+def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
+    """bench.repeats runs; in this process when there is one (DVC started it fresh), else one fresh process each.
+
+    `paths` are the stage's data, result and steps arguments, passed on to each repeat's process.
+    """
+    runs: list[RunRecord] = []
+    for i in range(p.bench.repeats):
+        label = f"bench@{name} {i + 1}/{p.bench.repeats}"
+        if p.bench.repeats == 1:
+            device = resolve_device(p.device)
+            rec = train_once(p, p.variants[name], load_tokens(paths[0]), device, p.bench.steps, p.bench.warmup_steps,
+                             progress=label)
+        else:
+            rec = repeat_in_fresh_process(["-m", "stages.bench", "--variant", name, *paths])
+        runs.append(rec)
+        print(f"{label}: {rec.status} {rec.message}".rstrip(), flush=True)
+        if rec.status != "ok":
+            break
+    return runs
+
+
+def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
+    """Repeat mode: one run of the variant, its record written for the parent stage to read."""
+    device = resolve_device(p.device)
+    rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,
+                     progress=f"bench@{name}")
+    record_to.write_text(rec.to_json())
 
 
 if __name__ == "__main__":

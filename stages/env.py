@@ -2,13 +2,14 @@
 
 DVC runs it on every `dvc repro` (always_changed); its output changes only
 when the hardware or software does, so timing stages that depend on it rerun
-exactly then. It runs before any other stage, so a bad param (a variant name
-that is not a safe identifier, say) stops the pipeline before any command
-built from it runs.
+exactly then. It checks every param (the model preset included) before any
+other stage runs, and says in one line when a knob of the train stage will be
+emulated, and slow, on this machine.
 """
 
 import argparse
 
+from benchlab.build import check_model
 from benchlab.config import load_params
 from benchlab.env import environment
 from benchlab.errors import run_main
@@ -22,10 +23,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     remove_outputs(args.out)
     p = load_params()
+    check_model(p)
     device = resolve_device(p.device)
     env = {**environment(), "device": device.type}
     write_json(args.out, env)
     print(f"env: {env['gpu'] or env['cpu']}, torch {env['torch']}, device {device.type}")
+    if device.type == "cpu" and p.run.precision == "bf16" and not env["cpu_bf16_native"]:
+        print("env: note: this CPU has no native bf16 (no AVX-512 BF16 or AMX); precision=bf16 is emulated here "
+              "and runs about 2-3x slower than fp32 (README: 'On a CPU')")
 
 
 if __name__ == "__main__":

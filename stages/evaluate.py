@@ -6,9 +6,8 @@ import math
 from benchlab.checkpoint import load_checkpoint
 from benchlab.config import load_params
 from benchlab.data import load_tokens
-from benchlab.env import environment, provenance
 from benchlab.errors import run_main
-from benchlab.io import flat, remove_outputs, write_json
+from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
 from benchlab.runner import evaluate
 
@@ -27,11 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     # fp32, eager: one yardstick whatever the run trained with.
     loss = evaluate(model.to(device), p, data, device)
     n_tokens = p.eval.batches * p.train.batch_size * p.train.block_size
-    write_json(args.metrics, {
-        "val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens, "device": device.type,
-        **flat("env", environment()),
-        **provenance(),
-    })
+    # Numbers only: DVC compares this file; the environment is in metrics/env.json.
+    write_json(args.metrics, {"val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens})
     print(f"evaluate: val loss {loss:.4f}, perplexity {math.exp(loss):.2f} over {n_tokens} tokens")
 
 

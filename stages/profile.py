@@ -8,19 +8,20 @@ The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 import argparse
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
-import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from benchlab.config import Params, load_params
-from benchlab.data import BatchStream, load_tokens
+from benchlab import devlock
+from benchlab.config import Params, load_params, variant_from
+from benchlab.data import load_tokens
 from benchlab.errors import LabError, run_main
 from benchlab.io import atomic_path, remove_outputs, write_text
-from benchlab.optimize import resolve_device, unsupported_reason
+from benchlab.optimize import resolve_device, why_not
 from benchlab.profiling import kernel_markdown, kernel_summary
-from benchlab.runner import build, release, train_step
+from benchlab.runner import train_once
 
 
 def cpu_ops_markdown(prof: profile, steps: int, rows: int = 25) -> str:
@@ -35,26 +36,23 @@ def cpu_ops_markdown(prof: profile, steps: int, rows: int = 25) -> str:
 
 
 def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
+    """Profile the harness's own training run: the same step, schedule and batch feeding as bench."""
     settings = p.variants[name]
     device = resolve_device(p.device)
-    reason = unsupported_reason(settings, device)
+    reason = why_not(settings, device)
     if reason:
         write_text(out_dir / f"{name}_kernels.md", f"Not profiled on {device.type}: {reason}\n")
         with atomic_path(out_dir / f"{name}_trace.json.gz") as tmp, gzip.open(tmp, "wt") as f:
             f.write('{"traceEvents": []}')
         return
     data = load_tokens(data_dir)
-    a = build(p, settings, data, device)
-    stream = BatchStream(data.train, p.train.batch_size, p.train.block_size, p.seed)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     warm, active = p.bench.warmup_steps, p.profile.steps
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
-        for _ in range(warm + active):
-            x, y = stream.next()
-            train_step(a, x.to(device), y.to(device), p.train.grad_clip)
-            prof.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    with devlock.device_lock(device, p.bench.lock, f"profile@{name}"), \
+            profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
+        rec = train_once(p, settings, data, device, warm + active, warm, progress=f"profile@{name}", on_step=prof.step)
+    if rec.status != "ok":
+        raise LabError(f"profile@{name}: the run ended {rec.status}: {rec.message}")
     raw = out_dir / f".{name}_trace.json"
     prof.export_chrome_trace(str(raw))
     events = json.loads(raw.read_text())["traceEvents"]
@@ -62,33 +60,28 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
         shutil.copyfileobj(src, dst)
     raw.unlink()
     what = "kernels by device time" if device.type == "cuda" else "ops by self CPU time"
-    title = (f"# {name}: top {what}\n\n{p.model}, batch {p.train.batch_size} x {p.train.block_size}, "
+    title = (f"# {name}: top {what}\n\n{p.model}, batch {p.batch_size(settings)} x {p.train.block_size}, "
              f"{active} traced steps after {warm} warm-up steps.\n\n")
     table = kernel_markdown(kernel_summary(events, active)) if device.type == "cuda" else cpu_ops_markdown(prof, active)
     write_text(out_dir / f"{name}_kernels.md", title + table)
-    del a
-    release(device)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--variant", required=True)
+    ap.add_argument("--variant", help="the variant to trace (default: from DVC_STAGE)")
     ap.add_argument("data_dir")
     ap.add_argument("out_dir", help="gets <variant>_kernels.md and <variant>_trace.json.gz")
     args = ap.parse_args(argv)
-    out = Path(args.out_dir)
-    outputs = [out / f"{args.variant}_kernels.md", out / f"{args.variant}_trace.json.gz"]
-    remove_outputs(*outputs)
     p = load_params()
-    if args.variant not in p.profile.variants:
-        raise LabError(f"variant {args.variant!r} is not in profile.variants; valid: {', '.join(p.profile.variants)}")
+    name = variant_from(args.variant, os.environ.get("DVC_STAGE"), p, kind="profile")
+    if name not in p.profile.variants:
+        raise LabError(f"variant {name!r} is not in profile.variants; valid: {', '.join(p.profile.variants)}")
+    out = Path(args.out_dir)
+    outputs = [out / f"{name}_kernels.md", out / f"{name}_trace.json.gz"]
+    remove_outputs(*outputs)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        trace_variant(p, args.variant, args.data_dir, out)
-    except BaseException:
-        remove_outputs(*outputs)
-        raise
-    print(f"profile@{args.variant}: {outputs[0]}")
+    trace_variant(p, name, args.data_dir, out)
+    print(f"profile@{name}: {outputs[0]}")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,19 @@
-"""Stage train: train the model the top-level params describe; save it and its metrics."""
+"""Stage train: train the model the top-level params describe; save it, its metrics and its full record."""
 
 import argparse
 from dataclasses import asdict
 
 import torch
 
+from benchlab import devlock
 from benchlab.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from benchlab.config import load_params
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
 from benchlab.errors import LabError, run_main
 from benchlab.io import atomic_path, remove_outputs, write_json, write_text
-from benchlab.optimize import resolve_device, unsupported_reason
-from benchlab.results import base_record, measured_record, steps_csv
+from benchlab.optimize import resolve_device, why_not
+from benchlab.results import base_record, measured_record, metric_view, steps_csv
 from benchlab.runner import train_once
 
 
@@ -20,13 +21,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("data_dir")
     ap.add_argument("checkpoint")
-    ap.add_argument("metrics")
+    ap.add_argument("metrics", help="the numbers DVC compares (tokens/s, memory, losses)")
+    ap.add_argument("record", help="the full record: every statistic, the environment and provenance")
     ap.add_argument("steps_csv")
     args = ap.parse_args(argv)
-    remove_outputs(args.checkpoint, args.metrics, args.steps_csv)
+    remove_outputs(args.checkpoint, args.metrics, args.record, args.steps_csv)
     p = load_params()
     device = resolve_device(p.device)
-    reason = unsupported_reason(p.run, device)
+    reason = why_not(p.run, device)
     if reason:
         raise LabError(reason)
     data = load_tokens(args.data_dir)
@@ -34,17 +36,19 @@ def main(argv: list[str] | None = None) -> None:
     if warmup < 1:
         raise LabError(f"train.steps={p.train.steps} is too few to time; use at least 3")
     print(f"train: model={p.model} {asdict(p.run)} on {device}, {p.train.steps} steps")
-    run = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress=True)
-    if run.status != "ok":
-        raise LabError(f"training stopped: {run.message}; lower train.lr or use another precision")
-    assert run.applied is not None
-    cfg = run.applied.model.cfg
+    with devlock.device_lock(device, p.bench.lock, "train"):
+        rec = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress="train")
+    if rec.status != "ok":
+        raise LabError(f"training stopped: {rec.message}; lower train.lr or use another precision")
+    assert rec.run is not None
+    model = rec.run.model
     base = base_record("train", p, p.run, device.type, environment(), provenance())
-    record = measured_record(base, [run], cfg, run.applied.model.num_params(), p.bench.steady_tolerance)
+    record = measured_record(base, [rec], model.cfg, model.num_params(), p.bench.steady_tolerance)
     with atomic_path(args.checkpoint) as tmp:
-        torch.save({"format": CHECKPOINT_FORMAT, "config": asdict(cfg), "model": run.applied.model.state_dict()}, tmp)
-    write_text(args.steps_csv, steps_csv(run))
-    write_json(args.metrics, record)
+        torch.save({"format": CHECKPOINT_FORMAT, "config": asdict(model.cfg), "model": model.state_dict()}, tmp)
+    write_text(args.steps_csv, steps_csv(rec))
+    write_json(args.record, record)
+    write_json(args.metrics, metric_view(record))
     print(f"train: loss {record['final_train_loss']:.4f}, val {record['val_loss']:.4f}, "
           f"{record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.1f} ms median")
 

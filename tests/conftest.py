@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.config import Params, parse
+from benchlab.config import Params, parse_params
 from benchlab.data import load_tokens, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def tokens(prepared: Path):
 
 @pytest.fixture()
 def params() -> Params:
-    return parse(Params, micro_params())
+    return parse_params(micro_params())
 
 
 @pytest.fixture()

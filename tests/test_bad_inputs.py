@@ -48,6 +48,12 @@ def evil_checkpoint(root: Path) -> None:
         pickle.dump({"format": "benchlab-gpt-v1", "payload": Evil()}, f)
 
 
+def evil_torch_checkpoint(root: Path) -> None:
+    """The same payload inside torch.save's own zip format."""
+    (root / "models").mkdir(exist_ok=True)
+    torch.save({"format": "benchlab-gpt-v1", "payload": Evil()}, root / "models" / "model.pt")
+
+
 def prepare_tokens(corpus: Path, vocab: int, val: float, out: Path, text_limit: int) -> None:
     corpus.write_text(corpus.read_text()[:text_limit])
     prepare_corpus(corpus, vocab, val, out)
@@ -67,8 +73,8 @@ def foreign_checkpoint(root: Path) -> None:
 
 ENV = (env.main, ["metrics/env.json"], ["metrics/env.json"])
 PREPARE = (prepare.main, ["prep"], ["prep"])
-TRAIN = (train.main, ["prep", "models/model.pt", "metrics/train.json", "plots/train.csv"],
-         ["models/model.pt", "metrics/train.json", "plots/train.csv"])
+TRAIN = (train.main, ["prep", "models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"],
+         ["models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"])
 EVALUATE = (evaluate.main, ["prep", "models/model.pt", "metrics/eval.json"], ["metrics/eval.json"])
 AGGREGATE = (aggregate.main, ["results", "steps", "s.json", "s.md", "s.csv", "plots"], ["s.json", "s.md", "s.csv", "plots"])
 
@@ -77,6 +83,12 @@ CASES = [
     ("unknown top-level key", set_params(turbo=True), ENV, "unknown key 'turbo'"),
     ("unknown nested key", set_params(train__bogus=1), ENV, "unknown key 'train.bogus'"),
     ("unknown precision", set_params(precision="fp8"), ENV, "precision='fp8' is not valid; expected one of: fp32, tf32, fp16, bf16"),
+    ("unknown checkpointing", set_params(activation_checkpointing="most"), ENV, "expected one of: none, full, selective"),
+    ("unknown loss", set_params(loss="focal"), ENV, "loss='focal' is not valid; expected one of: standard, chunked, fused"),
+    ("compile mode without compile", set_params(compile_mode="reduce-overhead"), ENV, "expected default unless compile=true"),
+    ("accumulation that does not divide the batch", set_params(grad_accum=3), ENV, "grad_accum=3 is not valid"),
+    ("fp8 given as text", set_params(fp8="on"), ENV, "fp8='on' is not valid; expected true or false"),
+    ("unknown lock mode", set_params(bench__lock="steal"), ENV, "bench.lock='steal' is not valid; expected one of: wait, fail"),
     ("unknown attention", set_params(attention="flash"), ENV, "expected one of: manual, sdpa"),
     ("unknown model", set_params(model="gpt5"), ENV, "model='gpt5' is not valid; expected tiny, gpt_small, gpt2_124m, gpt2_350m"),
     ("unknown device", set_params(device="tpu"), ENV, "expected one of: auto, cpu, cuda"),
@@ -111,6 +123,8 @@ CASES = [
     ("CUDA asked for, none present", set_params(device="cuda"), ENV, "torch sees no CUDA GPU"),
     ("fp16 on CPU", set_params(precision="fp16"), TRAIN, "precision=fp16 with loss scaling needs a CUDA GPU"),
     ("tf32 on CPU", set_params(precision="tf32"), TRAIN, "precision=tf32 is a CUDA tensor-core mode"),
+    ("fp8 on CPU", set_params(fp8=True), TRAIN, "fp8=true needs a GPU with float8 tensor cores"),
+    ("fused loss on CPU", set_params(loss="fused"), TRAIN, "loss=fused is a Triton kernel"),
     ("context longer than the data", small_data, TRAIN, "train.block_size=256 is longer than the validation split"),
     ("run that diverges", set_params(train__lr=1e9, train__grad_clip=0.0, train__lr_warmup_steps=0), TRAIN,
      "training stopped: loss became nan at step"),
@@ -120,8 +134,11 @@ CASES = [
     ("missing corpus", set_params(data__corpus="nowhere.txt"), PREPARE, "data.corpus='nowhere.txt' does not exist"),
     ("missing checkpoint", lambda root: None, EVALUATE, "not found; rerun `dvc repro train`"),
     ("checkpoint that is not ours", foreign_checkpoint, EVALUATE, "is not a benchlab-gpt-v1 checkpoint"),
-    ("corrupt checkpoint", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(b"\x00garbage" * 9)), EVALUATE, "cannot be loaded safely"),
-    ("checkpoint carrying code", evil_checkpoint, EVALUATE, "cannot be loaded safely"),
+    ("corrupt checkpoint", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(b"\x00garbage" * 9)), EVALUATE, "is not a checkpoint this lab wrote"),
+    ("checkpoint of random bytes", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(os.urandom(4096))),
+     EVALUATE, "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
+    ("checkpoint carrying code", evil_checkpoint, EVALUATE, "is not a checkpoint this lab wrote"),
+    ("torch checkpoint carrying code", evil_torch_checkpoint, EVALUATE, "holds objects other than tensors"),
     ("variant results missing", lambda r: (r / "results").mkdir(), AGGREGATE, "is missing; run `dvc repro bench@fp32_baseline`"),
 ]
 
@@ -146,6 +163,7 @@ def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepa
     err = capsys.readouterr().err
     assert message in err, err
     assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
+    assert "weights_only" not in err  # never the unsafe advice torch's own message gives
     for out in outputs:
         assert not Path(out).exists(), f"{out} left behind"
     assert not (workdir / "PWNED").exists()
@@ -165,7 +183,7 @@ def test_out_of_memory_variant_is_recorded_and_the_matrix_goes_on(workdir: Path,
     monkeypatch.setattr("benchlab.runner.train_step", oom)
     run_main(bench.main, ["--variant", "bf16", "prep", "results", "steps"])  # returns: no SystemExit
     record = json.loads((workdir / "results" / "bf16.json").read_text())
-    assert record["status"] == "oom" and "train.batch_size=4" in record["message"]
+    assert record["status"] == "oom" and "batch size 4" in record["message"]
     assert record["env.torch"] and record["provenance.date_utc"] and record["params.precision"] == "bf16"
     assert (workdir / "steps" / "bf16.csv").read_text().startswith("step,loss")
 

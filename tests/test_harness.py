@@ -29,6 +29,15 @@ def test_t_interval_uses_the_student_quantile() -> None:
     assert stats.t_interval([5.0]) is None
 
 
+def test_prediction_interval_is_wider_than_the_mean_s_by_sqrt_n_plus_one() -> None:
+    low, high = stats.prediction_interval([10.0, 12.0, 14.0])  # s = 2, n = 3, t(2) = 4.303
+    half = 4.303 * 2 * math.sqrt(1 + 1 / 3)
+    assert (low, high) == pytest.approx((12 - half, 12 + half))
+    ci = stats.t_interval([10.0, 12.0, 14.0])
+    assert (high - low) / (ci[1] - ci[0]) == pytest.approx(2.0)  # sqrt(n + 1) = 2 for n = 3
+    assert stats.prediction_interval([5.0]) is None
+
+
 def test_interval_separation_and_steady_state() -> None:
     assert stats.separated((1, 2), (3, 4)) is True
     assert stats.separated((1, 3), (2, 4)) is False
@@ -70,9 +79,9 @@ def test_cpu_clock_measures_wall_time() -> None:
     assert len(times) == 3 and all(0 < t < 1000 for t in times)
 
 
-def _record(step_ms: list[float], growth: float = 0.0) -> RunRecord:
+def _record(step_ms: list[float], growth: float = 0.0, warmup: int = 2, wall_ms: float | None = None) -> RunRecord:
     return RunRecord(status="ok", losses=[5.0] * len(step_ms), lrs=[1e-3] * len(step_ms), step_ms=step_ms,
-                     warmup_steps=2, warmup_s=1.0, first_step_ms=step_ms[0],
+                     warmup_steps=warmup, warmup_s=1.0, first_step_ms=step_ms[0], window_wall_ms=wall_ms,
                      memory={"peak_mem_allocated_mb": 1000.0, "peak_mem_reserved_mb": 1100.0, "peak_rss_mb": None},
                      mem_growth_mb=growth, val_loss=4.0)
 
@@ -89,6 +98,25 @@ def test_measured_record_statistics_across_repeats() -> None:
     assert rec["step_ms_median"] == pytest.approx(150) and rec["steady_state_ok"] is True
     assert rec["mfu_pct"] is None  # CPU: no sourced peak
     assert rec["val_perplexity"] == pytest.approx(math.exp(4.0))
+    assert rec["tokens_per_sec_pi95_low"] < rec["tokens_per_sec_ci95_low"]  # the next run's interval is wider
+
+
+def test_warmup_steps_stay_out_of_every_timing_statistic() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    # Three slow warm-up steps outnumber the two timed ones: any leak of them moves the median.
+    rec = measured_record(base, [_record([900, 900, 900, 100, 100], warmup=3)], cfg, 10_000, 0.05)
+    assert rec["step_ms_median"] == 100 and rec["step_ms_p90"] == 100 and rec["timed_steps"] == 2
+    assert rec["tokens_per_sec"] == pytest.approx(10_000)
+
+
+def test_wall_clock_throughput_and_the_host_gap() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    # Four timed steps of 100 ms on the clock, in a window of 500 ms: 100 ms of host work between steps.
+    rec = measured_record(base, [_record([5, 5, 100, 100, 100, 100], wall_ms=500.0)], cfg, 10_000, 0.05)
+    assert rec["tokens_per_sec"] == pytest.approx(10_000) and rec["tokens_per_sec_wall"] == pytest.approx(8_000)
+    assert rec["host_overhead_pct"] == pytest.approx(20.0)
 
 
 def test_unsteady_timing_and_memory_growth_are_flagged() -> None:

@@ -1,41 +1,99 @@
-"""Where each optimization can run, and how outputs are written."""
+"""The knob table: where each knob can run, what each bad combination gets, and that what is applied is applied."""
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchlab.config import RunSettings, TrainParams
+from benchlab import optimize
+from benchlab.config import KNOBS, DeviceFacts, RunSettings, TrainParams, parse_params, unsupported_reason
+from benchlab.errors import LabError
 from benchlab.io import atomic_path, write_json
-from benchlab.optimize import make_optimizer, unsupported_reason
+from benchlab.optimize import apply, device_facts, make_optimizer
+from benchlab.runner import train_step
+from model.gpt import GPT, GPTConfig
+from tests.conftest import micro_params
 
-CUDA = torch.device("cuda")
-
-
-def fake_gpu(monkeypatch: pytest.MonkeyPatch, name: str, capability: tuple[int, int], bf16: bool) -> None:
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
-
-
-def test_bf16_and_tf32_refused_on_a_gpu_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_gpu(monkeypatch, "Tesla V100-SXM2-16GB", (7, 0), bf16=False)
-    assert "has no bf16; use fp16" in unsupported_reason(RunSettings(precision="bf16"), CUDA)
-    assert "compute capability 7.x" in unsupported_reason(RunSettings(precision="tf32"), CUDA)
-    assert unsupported_reason(RunSettings(precision="fp16"), CUDA) is None
+CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
+V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
+A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True)
+H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True)
 
 
-def test_everything_allowed_on_a_hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_gpu(monkeypatch, "NVIDIA H200", (9, 0), bf16=True)
+def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
+    assert "has no bf16; use fp16" in unsupported_reason(RunSettings(precision="bf16"), V100)
+    assert "compute capability 7.x" in unsupported_reason(RunSettings(precision="tf32"), V100)
+    assert unsupported_reason(RunSettings(precision="fp16"), V100) is None
+
+
+def test_everything_allowed_on_a_hopper_gpu() -> None:
     for precision in ("fp32", "tf32", "fp16", "bf16"):
-        assert unsupported_reason(RunSettings(precision=precision, attention="sdpa", fused_adamw=True), CUDA) is None
+        everything = RunSettings(precision=precision, attention="sdpa", fused_adamw=True, compile=True, fp8=True,
+                                 compile_mode="reduce-overhead", loss="fused", activation_checkpointing="selective")
+        assert unsupported_reason(everything, H200) is None
 
 
-def test_cpu_refuses_gpu_only_modes() -> None:
-    cpu = torch.device("cpu")
-    assert unsupported_reason(RunSettings(precision="fp16"), cpu)
-    assert unsupported_reason(RunSettings(precision="tf32"), cpu)
-    assert unsupported_reason(RunSettings(precision="bf16", fused_adamw=True), cpu) is None
+def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
+    assert "compute capability 8.9 or newer" in unsupported_reason(RunSettings(fp8=True), A100)
+    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
+    assert "pip install torchao" in unsupported_reason(RunSettings(fp8=True), no_torchao)
+
+
+def test_fused_loss_needs_liger_on_a_gpu() -> None:
+    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
+    assert "pip install liger-kernel" in unsupported_reason(RunSettings(loss="fused"), no_liger)
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"precision": "fp16"}, "precision=fp16 with loss scaling needs a CUDA GPU"),
+    ({"precision": "tf32"}, "precision=tf32 is a CUDA tensor-core mode"),
+    ({"fp8": True}, "fp8=true needs a GPU with float8 tensor cores"),
+    ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
+    ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
+    ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
+])
+def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) -> None:
+    assert words in unsupported_reason(RunSettings(**settings), CPU)
+
+
+def test_cpu_runs_the_knobs_it_can() -> None:
+    for settings in ({"precision": "bf16", "fused_adamw": True}, {"activation_checkpointing": "full"},
+                     {"loss": "chunked"}, {"compile": True}, {"grad_accum": 2}):
+        assert unsupported_reason(RunSettings(**settings), CPU) is None
+    assert "needs a C++ compiler" in unsupported_reason(RunSettings(compile=True), DeviceFacts(kind="cpu"))
+    assert device_facts(torch.device("cpu")).kind == "cpu"
+
+
+def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_variant() -> None:
+    for f in fields(RunSettings):
+        assert f.metadata["doc"] and f.metadata["applied"], f.name
+    data = micro_params(activation_checkpointing="full", loss="chunked", grad_accum=2)
+    data["variants"]["mine"] = {"activation_checkpointing": "selective", "batch_size": 8, "grad_accum": 4}
+    p = parse_params(data)
+    assert p.run.activation_checkpointing == "full" and p.run.loss == "chunked" and p.run.grad_accum == 2
+    assert p.variants["mine"].activation_checkpointing == "selective" and p.batch_size(p.variants["mine"]) == 8
+    assert "batch_size" in KNOBS and "compile_mode" in KNOBS
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"compile_mode": "reduce-overhead"}, "compile_mode='reduce-overhead' is not valid; expected default unless compile=true"),
+    ({"grad_accum": 3}, "grad_accum=3 is not valid; expected a divisor of the batch size 4"),
+    ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
+    ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
+    ({"loss": "focal"}, "expected one of: standard, chunked, fused"),
+    ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
+])
+def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
+    with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        parse_params(micro_params(**overrides))
+
+
+def test_a_bad_knob_in_a_variant_names_the_variant() -> None:
+    data = micro_params()
+    data["variants"]["odd"] = {"batch_size": 6, "grad_accum": 4}
+    with pytest.raises(LabError, match="variants.odd.grad_accum=4 is not valid; expected a divisor of the batch size 6"):
+        parse_params(data)
 
 
 def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
@@ -47,6 +105,40 @@ def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
     decayed, plain = loop.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
+
+
+def _tiny() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64))
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+
+
+def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)  # let fp16 run on the CPU
+    run = apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), TrainParams())
+    assert isinstance(run.scaler, torch.amp.GradScaler)
+    calls: list[str] = []
+    for name in ("scale", "unscale_", "step", "update"):
+        real = getattr(run.scaler, name)
+        monkeypatch.setattr(run.scaler, name, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
+    before = run.model.blocks[0].mlp.fc.weight.detach().clone()
+    train_step(run, *_batch(), grad_clip=1.0)
+    assert calls == ["scale", "unscale_", "step", "update"]
+    assert not torch.equal(before, run.model.blocks[0].mlp.fc.weight)  # the scaler's step moved the weights
+    assert apply(_tiny(), RunSettings(precision="bf16"), torch.device("cpu"), TrainParams()).scaler is None
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_autocast_puts_the_matmuls_in_the_run_precision(precision: str, dtype: torch.dtype) -> None:
+    run = apply(_tiny(), RunSettings(precision=precision), torch.device("cpu"), TrainParams())
+    seen: list[torch.dtype] = []
+    run.model.blocks[0].mlp.fc.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    train_step(run, *_batch(), grad_clip=1.0)
+    assert seen == [dtype]
 
 
 def test_an_interrupted_write_leaves_no_file(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from benchlab.errors import LabError
-from benchlab.report import check_one_env, load_results, markdown, summarize, to_csv
+from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
        "env.python": "3.12", "env.cpu": "Xeon", "env.torch_threads": 16}
@@ -14,8 +14,8 @@ ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.t
 
 def result(name: str, tps: float, val: float, mem: float, ci: tuple[float, float] | None = None, **kw) -> dict:
     return {"variant": name, "status": "ok", "tokens_per_sec": tps, "val_loss": val, "val_perplexity": 2.0 ** val,
-            "peak_mem_allocated_mb": mem, "tokens_per_sec_ci95_low": ci[0] if ci else None,
-            "tokens_per_sec_ci95_high": ci[1] if ci else None, "steady_state_ok": True, **ENV, **kw}
+            "peak_mem_allocated_mb": mem, "tokens_per_sec_pi95_low": ci[0] if ci else None,
+            "tokens_per_sec_pi95_high": ci[1] if ci else None, "batch_size": 16, "steady_state_ok": True, **ENV, **kw}
 
 
 def test_rows_compare_each_variant_with_the_baseline() -> None:
@@ -69,3 +69,30 @@ def test_only_variants_named_in_params_are_read(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(LabError, match="not valid JSON.*dvc repro -f bench@broken"):
         load_results(tmp_path, ["broken"])
+
+
+def test_results_from_other_code_or_a_modified_tree_are_refused_unless_allowed() -> None:
+    src = "provenance.source_sha256"
+    a, b = result("fp32_baseline", 1, 1, 1, **{src: "aaaa"}), result("fast", 2, 1, 1, **{src: "bbbb"})
+    with pytest.raises(LabError, match="ran different source code.*aaaa.*fp32_baseline.*allow_mixed_source=true"):
+        check_one_source([a, b], allow_mixed=False)
+    check_one_source([a, b], allow_mixed=True)
+    dirty = result("fast", 2, 1, 1, **{src: "aaaa", "provenance.tree_clean": False})
+    with pytest.raises(LabError, match="fast ran from a tree with uncommitted changes"):
+        check_one_source([a, dirty], allow_mixed=False)
+    check_one_source([a, result("fast", 2, 1, 1, **{src: "aaaa", "provenance.tree_clean": True})], allow_mixed=False)
+
+
+def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, 1000.0),
+        result("graphs", 300.0, 5.0, 100.0, peak_mem_reserved_mb=900.0, peak_mem_allocated_comparable=False),
+        result("big_batch", 300.0, 4.0, 3000.0, batch_size=64),
+        result("shared", 100.0, 5.0, 1000.0, interference_suspected=True, other_gpu_processes=[4242],
+               cpu_busy_others_pct_max=35.0),
+    ], "fp32_baseline", tolerance=0.1)
+    graphs, big, shared = rows[1:]
+    assert graphs["mem_change_pct"] == pytest.approx(-10.0)  # reserved, not the allocated peak graphs hide
+    assert "compare reserved memory" in graphs["notes"]
+    assert big["loss_ok"] == "n/a (batch 64, baseline 16)"  # another batch learns another curve
+    assert shared["notes"] == "machine shared while timed: other GPU processes [4242], others kept 35% of the CPU busy"

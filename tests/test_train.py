@@ -6,8 +6,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchlab.config import Params, RunSettings, parse
-from benchlab.runner import lr_at, train_once
+from benchlab.config import Params, RunSettings, TrainParams, parse_params
+from benchlab.optimize import apply
+from benchlab.runner import lr_at, train_once, train_step
+from model.gpt import GPT, GPTConfig
 from tests.conftest import micro_params
 
 CPU = torch.device("cpu")
@@ -18,7 +20,7 @@ def run(params: Params, tokens, steps: int = 12, **settings: object):
 
 
 def test_loss_falls_on_the_tiny_preset(tokens) -> None:
-    p = parse(Params, micro_params(train__lr=3e-3))
+    p = parse_params(micro_params(train__lr=3e-3))
     rec = run(p, tokens, steps=40)
     assert rec.status == "ok"
     first, last = sum(rec.losses[:5]) / 5, sum(rec.losses[-5:]) / 5
@@ -80,7 +82,7 @@ def test_out_of_memory_becomes_a_status(params: Params, tokens, monkeypatch: pyt
     monkeypatch.setattr("benchlab.runner.train_step", oom)
     rec = run(params, tokens)
     assert rec.status == "oom"
-    assert "train.batch_size=4" in rec.message and "Tried to allocate" in rec.message
+    assert "batch size 4" in rec.message and "Tried to allocate" in rec.message
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor(params: Params) -> None:
@@ -88,3 +90,61 @@ def test_learning_rate_warms_up_then_decays_to_the_floor(params: Params) -> None
     lrs = [lr_at(s, 20, p) for s in range(20)]
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert lrs[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
+
+
+def _loss_and_grads(settings: RunSettings, chunk: int | None = None, monkeypatch=None) -> tuple[float, dict]:
+    """One training step's loss and the gradients it left, on a fixed tiny model and batch."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention="sdpa"))
+    run = apply(model, settings, CPU, TrainParams())
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+    grads: dict = {}
+    real_step = run.optimizer.step
+    run.optimizer.step = lambda *a, **k: (grads.update({n.replace("_checkpoint_wrapped_module.", ""): p.grad.clone()
+                                                        for n, p in run.model.named_parameters()}),
+                                          real_step(*a, **k))[1]
+    loss = train_step(run, x, y, grad_clip=0.0, micro_batches=settings.grad_accum)
+    assert set(run.model.state_dict()) == set(grads) | {"lm_head.weight"}  # checkpoints keep the plain keys
+    return float(loss), grads
+
+
+@pytest.mark.parametrize("settings", [
+    {"activation_checkpointing": "full"},
+    {"activation_checkpointing": "selective"},
+    {"loss": "chunked"},
+    {"grad_accum": 2},
+    {"grad_accum": 4, "activation_checkpointing": "selective", "loss": "chunked"},
+])
+def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checkpointing recomputes the same ops, the chunked loss sums the same terms, and accumulation
+    # averages equal micro-batches: same loss and gradients up to float rounding (1e-5 relative).
+    monkeypatch.setattr("benchlab.losses.CHUNK_TOKENS", 24)  # 64 tokens: two full chunks and a ragged one
+    base_loss, base_grads = _loss_and_grads(RunSettings(attention="sdpa"))
+    loss, grads = _loss_and_grads(RunSettings(attention="sdpa", **settings))
+    assert loss == pytest.approx(base_loss, rel=1e-5)
+    assert grads.keys() == base_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, base_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_chunked_loss_keeps_only_one_chunk_of_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.losses import chunked_cross_entropy
+
+    seen: list[tuple[int, ...]] = []
+    real = torch.nn.functional.cross_entropy
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", lambda logits, *a, **k: (seen.append(tuple(logits.shape)),
+                                                                                       real(logits, *a, **k))[1])
+    hidden, weight = torch.randn(50, 8), torch.randn(30, 8)
+    targets = torch.randint(0, 30, (50,))
+    loss = chunked_cross_entropy(hidden, weight, targets, chunk=16)
+    assert seen == [(16, 30), (16, 30), (16, 30), (2, 30)]
+    assert float(loss) == pytest.approx(float(real(hidden @ weight.t(), targets)), rel=1e-6)
+
+
+def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -> None:
+    rec = train_once(params, RunSettings(batch_size=8, grad_accum=2), tokens, CPU, steps=4, warmup=2)
+    assert rec.status == "ok"
+    from benchlab.results import base_record
+    base = base_record("v", params, RunSettings(batch_size=8), "cpu", {}, {})
+    assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.train.block_size

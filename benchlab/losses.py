@@ -1,0 +1,89 @@
+"""The training loss heads, applied from outside the model (knob `loss`).
+
+- standard: the model's own forward, logits then cross-entropy; the logits
+  are returned with the loss, exactly as the public recipe (nanoGPT) does.
+- chunked: cross-entropy over chunks of `CHUNK_TOKENS` tokens, each chunk's
+  logits recomputed in backward, so the (tokens x vocab) logits tensor never
+  lives whole; the module returns only the loss, so under torch.compile no
+  logits leave the compiled region.
+- fused: the model's body runs (compiled, if asked) up to the final hidden
+  states; liger-kernel's fused linear + cross-entropy Triton kernel then
+  computes the loss without materializing logits. It runs outside the
+  compiled region: inside it, Liger 0.8.5 failed with a dynamo fake-tensor
+  error (shared/GPU.md).
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from benchlab.config import LossKind
+from model.gpt import GPT
+
+# 2048 tokens x 50304 vocabulary in fp32 is 412 MB per live chunk, against
+# 3.3 GB for a 16 x 1024 batch's whole logits.
+CHUNK_TOKENS = 2048
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = hidden @ weight.t()  # (chunk, vocab)
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          chunk: int = CHUNK_TOKENS) -> torch.Tensor:
+    """Mean cross-entropy of (N, C) hidden states against (N,) targets, one chunk of logits at a time."""
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.size(0), chunk):
+        end = start + chunk
+        total = total + checkpoint(_chunk_loss_sum, hidden[start:end], weight, targets[start:end],
+                                   use_reentrant=False)
+    return total / hidden.size(0)
+
+
+class ChunkedLoss(nn.Module):
+    """The model with a chunked loss head: forward(idx, targets) returns only the mean loss."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.features(idx)  # (B, T, C)
+        return chunked_cross_entropy(hidden.flatten(0, 1), self.model.lm_head.weight, targets.flatten())
+
+
+class Features(nn.Module):
+    """The model's body only: forward(idx) returns the final hidden states (B, T, C)."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model.features(idx)
+
+
+def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module]) -> LossFn:
+    """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head."""
+    if kind == "standard":
+        body = wrap(model)
+        return lambda idx, targets: body(idx, targets)[1]
+    if kind == "chunked":
+        return wrap(ChunkedLoss(model))
+    features = wrap(Features(model))
+    fused = _liger_loss()
+    return lambda idx, targets: fused(model.lm_head.weight, features(idx).flatten(0, 1), targets.flatten())
+
+
+def _liger_loss() -> Callable[..., torch.Tensor]:
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError as err:  # checked by the knob's device check; kept for direct callers
+        raise RuntimeError("loss=fused needs liger-kernel: pip install liger-kernel") from err
+    return LigerFusedLinearCrossEntropyLoss()
