@@ -175,8 +175,14 @@ class Browser:
 
 
 def vega_chart_ids(html: str) -> list[str]:
-    """The element ids dvc-render passes to vegaEmbed, one per interactive chart."""
-    return [part.split("'", 1)[0] for part in html.split("vegaEmbed('#")[1:]]
+    """The element ids dvc-render passes to vegaEmbed with a spec to draw, one per interactive chart.
+
+    A plot file with a header and no rows (a skipped variant's steps) gets
+    `var spec = {};` from dvc-render: there is nothing to draw, online or not.
+    """
+    parts = html.split("vegaEmbed('#")
+    return [after.split("'", 1)[0] for before, after in zip(parts, parts[1:])
+            if not before.rstrip().endswith("var spec = {};")]
 
 
 def dvc(repo: Path, *args: str) -> None:
@@ -266,6 +272,7 @@ def screenshot_repo_page(out: Path) -> None:
         dvc(ROOT, "plots", "show", "-o", str(Path(tmp) / "page"))
         index = Path(tmp) / "page" / "index.html"
         ids = vega_chart_ids(index.read_text())
+        empty = index.read_text().count("vegaEmbed('#") - len(ids)
         browser = Browser(binary, Path(tmp) / "profile")
         try:
             page = browser.load(index.as_uri(), ids, timeout=15.0)
@@ -273,8 +280,8 @@ def screenshot_repo_page(out: Path) -> None:
             browser.close()
     out.write_bytes(page.screenshot)
     drawn = sum(1 for i in ids if page.charts.get(i, 0) >= 500)
-    print(f"{drawn}/{len(ids)} charts drawn, images {page.images}, remote requests {page.remote_requests()}; "
-          f"wrote {out}")
+    print(f"{drawn}/{len(ids)} charts with data drawn ({empty} empty plot files have no chart), "
+          f"images {page.images}, remote requests {page.remote_requests()}; wrote {out}")
 
 
 if __name__ == "__main__":
