@@ -1,4 +1,11 @@
-"""The matrix's PNG plots: throughput, memory, step-time spread, loss curves."""
+"""The matrix's PNG plots: throughput, memory, step-time spread, loss curves.
+
+Every variant keeps its row: one that was skipped, ran out of memory or
+diverged is drawn as a grey note saying so, not left out, so a reader sees
+the whole matrix. Loss curves of variants that compute the same function lie
+on one another, so a second panel shows each one's difference from the
+baseline's curve.
+"""
 
 from pathlib import Path
 from typing import Any
@@ -8,50 +15,170 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on a server or in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from benchlab.io import atomic_path  # noqa: E402
 
+# Axis labels in words; the memory one depends on which peak was measured.
+THROUGHPUT_LABEL = "throughput (tokens/s, median over timed steps)"
+MEMORY_LABELS = {
+    "peak_mem_allocated_mb": "peak GPU memory allocated (MiB)",
+    "peak_rss_mb": "peak process memory, RSS (MiB)",
+}
+STEP_TIME_LABEL = "step time (ms, log scale; timed steps of the first repeat)"
+NOTE_COLOR = "0.45"  # grey for rows that have no measurement
+NOTE_CHARS = 70  # a reason longer than this is cut; the summary table has it whole
+# Line styles and markers that differ in shape, not only colour, so curves
+# stay apart in greyscale and where they cross.
+LINE_STYLES = ["-", "--", "-.", ":"]
+MARKERS = ["o", "s", "^", "D", "v", "x", "P", "*"]
 
-def _save(fig: Any, path: Path) -> None:
+
+def status_note(row: dict[str, Any]) -> str:
+    """'skipped: <reason>' for a row without a measurement, cut short to fit beside a bar."""
+    reason = (row.get("notes") or "").split(";")[0].strip()
+    if len(reason) > NOTE_CHARS:
+        reason = reason[: NOTE_CHARS - 1].rstrip() + "…"
+    return f"{row['status']}: {reason}" if reason else row["status"]
+
+
+def memory_key(rows: list[dict[str, Any]]) -> str:
+    """CUDA's peak allocated where any row has it, else the CPU's peak RSS (what report._mem compares)."""
+    return "peak_mem_allocated_mb" if any(r.get("peak_mem_allocated_mb") for r in rows) else "peak_rss_mb"
+
+
+def _variant_axis(ax: Any, rows: list[dict[str, Any]], has_value: list[bool]) -> None:
+    """One labelled row per variant, top to bottom in params order; unmeasured names in grey."""
+    ax.set_yticks(range(len(rows)), [r["variant"] for r in rows])
+    for tick, measured in zip(ax.get_yticklabels(), has_value):
+        if not measured:
+            tick.set_color(NOTE_COLOR)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+
+
+def _note_unmeasured(ax: Any, rows: list[dict[str, Any]], has_value: list[bool]) -> None:
+    for i, (r, measured) in enumerate(zip(rows, has_value)):
+        if not measured:
+            ax.text(0.01, i, status_note(r), transform=ax.get_yaxis_transform(), va="center",
+                    fontsize=8, color=NOTE_COLOR, style="italic")
+
+
+def _height(n_rows: int) -> float:
+    return 0.45 * max(n_rows, 2) + 1.2
+
+
+def bar_figure(rows: list[dict[str, Any]], key: str, label: str, title: str) -> Figure:
+    """Horizontal bars of rows[key]; rows without the value get a note in place of a bar."""
+    values = [r.get(key) if r["status"] == "ok" else None for r in rows]
+    has_value = [v is not None for v in values]
+    fig, ax = plt.subplots(figsize=(8, _height(len(rows))))
+    ax.barh([i for i, v in enumerate(values) if v is not None], [v for v in values if v is not None],
+            color="tab:blue")
+    for i, (r, v) in enumerate(zip(rows, values)):
+        if v is not None:
+            speedup = f"  {r['speedup_x']:.2f}x" if key == "tokens_per_sec" and r.get("speedup_x") else ""
+            ax.text(v, i, f" {v:,.0f}{speedup}", va="center", fontsize=8)
+    _variant_axis(ax, rows, has_value)
+    _note_unmeasured(ax, rows, has_value)
+    ax.set_xlabel(label)
+    ax.set_title(title)
+    ax.margins(x=0.15)  # room for the value labels right of the longest bar
+    return fig
+
+
+def step_time_figure(rows: list[dict[str, Any]], steps: dict[str, pd.DataFrame]) -> Figure:
+    """Box plots of each measured variant's timed steps on a log axis labelled in plain milliseconds."""
+    timed = {r["variant"]: steps[r["variant"]].query("timed == 1").step_ms.dropna()
+             for r in rows if r["status"] == "ok" and r["variant"] in steps}
+    has_value = [r["variant"] in timed and not timed[r["variant"]].empty for r in rows]
+    fig, ax = plt.subplots(figsize=(8, _height(len(rows))))
+    positions = [i for i, h in enumerate(has_value) if h]
+    if positions:
+        ax.boxplot([timed[rows[i]["variant"]] for i in positions], positions=positions, orientation="horizontal",
+                   widths=0.6)
+    ax.set_xscale("log")
+    # Major ticks at 1, 2 and 5 per decade, written as plain numbers; the
+    # default 10^k labels plus minor labels crowd into one another.
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    _variant_axis(ax, rows, has_value)
+    _note_unmeasured(ax, rows, has_value)
+    ax.set_xlabel(STEP_TIME_LABEL)
+    ax.set_title("Step-time distribution")
+    return fig
+
+
+def baseline_name(rows: list[dict[str, Any]], baseline: str | None) -> str | None:
+    """The named baseline, else the row the others were compared with (its speedup is exactly 1)."""
+    if baseline is not None:
+        return baseline
+    return next((r["variant"] for r in rows if r.get("speedup_x") == 1.0), None)
+
+
+def _line_style(i: int, n_points: int) -> dict[str, Any]:
+    """The i-th curve's line style and marker; markers start at staggered steps so equal curves show each one."""
+    every = max(n_points // 8, 1)
+    return {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)],
+            "markevery": (i % every, every), "markersize": 4, "linewidth": 1}
+
+
+def loss_figure(rows: list[dict[str, Any]], steps: dict[str, pd.DataFrame], baseline: str | None) -> Figure:
+    """Loss per step (top) and each curve minus the baseline's (bottom), with distinct styles per variant."""
+    fig, (ax_loss, ax_diff) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=(3, 2))
+    curves = {r["variant"]: r for r in rows if r["variant"] in steps}
+    base = steps[baseline].set_index("step").loss if baseline in curves else None
+    identical = []
+    for i, (name, r) in enumerate(curves.items()):
+        s = steps[name]
+        style = _line_style(i, len(s))
+        label = name if r["status"] == "ok" else f"{name} ({r['status']})"
+        line, = ax_loss.plot(s.step, s.loss, label=label, **style)
+        if base is not None:
+            diff = (s.set_index("step").loss - base).dropna()
+            ax_diff.plot(diff.index, diff.values, color=line.get_color(), **style)
+            if name != baseline and not diff.abs().any():
+                identical.append(name)
+    ax_loss.set_ylabel("training loss (nats)")
+    ax_loss.set_title("Loss curves (same seed, same data order)")
+    if curves:
+        ax_loss.legend(fontsize=8, ncols=2)
+    ax_diff.axhline(0.0, color="0.6", linewidth=0.8)
+    ax_diff.set_xlabel("optimizer step")
+    ax_diff.set_ylabel(f"loss minus {baseline or 'baseline'} (nats)")
+    if base is None:
+        note = f"no loss curve for the baseline ({baseline or 'none named'})"
+    else:
+        note = f"equal to {baseline} at every step: {', '.join(identical)}" if identical else ""
+    ax_diff.text(0.01, 0.03, note, transform=ax_diff.transAxes, fontsize=8, color=NOTE_COLOR)
+    return fig
+
+
+def read_steps(rows: list[dict[str, Any]], steps_dir: Path) -> dict[str, pd.DataFrame]:
+    """Each variant's per-step CSV that has rows (a skipped variant's has a header only)."""
+    frames = {r["variant"]: pd.read_csv(steps_dir / f"{r['variant']}.csv") for r in rows
+              if (steps_dir / f"{r['variant']}.csv").is_file()}
+    return {name: frame for name, frame in frames.items() if len(frame)}
+
+
+def _save(fig: Figure, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
-def _bars(rows: list[dict[str, Any]], key: str, label: str, title: str, path: Path) -> None:
-    ok = [r for r in rows if r.get(key) is not None]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(ok), 2) + 1))
-    ax.barh([r["variant"] for r in ok], [r[key] for r in ok], color="tab:blue")
-    for i, r in enumerate(ok):
-        extra = f"  {r['speedup_x']:.2f}x" if key == "tokens_per_sec" and r.get("speedup_x") else ""
-        ax.text(r[key], i, f" {r[key]:,.0f}{extra}", va="center", fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(label)
-    ax.set_title(title)
-    _save(fig, path)
-
-
-def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path) -> list[Path]:
-    """Write the four PNGs into out_dir; only measured values are drawn."""
+def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path, baseline: str | None = None) -> list[Path]:
+    """Write the four PNGs into out_dir; baseline defaults to the row whose speedup is 1."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / n for n in ("throughput.png", "memory.png", "step_times.png", "loss_curves.png")]
-    _bars(rows, "tokens_per_sec", "tokens/s (median)", "Throughput by variant", paths[0])
-    mem_key = "peak_mem_allocated_mb" if any(r.get("peak_mem_allocated_mb") for r in rows) else "peak_rss_mb"
-    _bars(rows, mem_key, f"{mem_key} (MiB)", "Peak memory by variant", paths[1])
-    steps = {r["variant"]: pd.read_csv(steps_dir / f"{r['variant']}.csv") for r in rows if r["status"] == "ok"}
-    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(steps), 2) + 1))
-    ax.boxplot([s.loc[s.timed == 1, "step_ms"] for s in steps.values()], vert=False, tick_labels=list(steps))
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("step time, ms (timed steps, first repeat; log scale)")
-    ax.set_title("Step-time distribution")
-    _save(fig, paths[2])
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, s in steps.items():
-        ax.plot(s.step, s.loss, label=name, linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title("Loss curves (same seed, same data order)")
-    ax.legend(fontsize=8)
-    _save(fig, paths[3])
-    return paths
+    steps = read_steps(rows, steps_dir)
+    mem_key = memory_key(rows)
+    figures = {
+        "throughput.png": bar_figure(rows, "tokens_per_sec", THROUGHPUT_LABEL, "Throughput by variant"),
+        "memory.png": bar_figure(rows, mem_key, MEMORY_LABELS[mem_key], "Peak memory by variant"),
+        "step_times.png": step_time_figure(rows, steps),
+        "loss_curves.png": loss_figure(rows, steps, baseline_name(rows, baseline)),
+    }
+    for name, fig in figures.items():
+        _save(fig, out_dir / name)
+    return [out_dir / name for name in figures]

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     check_one_env(results, p.aggregate.allow_mixed_env)
     check_one_source(results, p.aggregate.allow_mixed_source)
     rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance, p.aggregate.repeat_tolerance)
-    make_plots(rows, Path(args.steps_dir), Path(args.plot_dir))
+    make_plots(rows, Path(args.steps_dir), Path(args.plot_dir), baseline=p.aggregate.baseline)
     write_text(args.summary_csv, to_csv(rows))
     write_text(args.summary_md, markdown(rows, env_of(results[0])))
     write_json(args.summary_json, {

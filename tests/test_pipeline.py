@@ -126,8 +126,11 @@ def test_changing_one_variant_reruns_only_it_and_the_aggregate(repo: Path) -> No
 
 
 def test_plots_render(repo: Path) -> None:
+    # .dvc/config names the offline page template, which lives beside it.
+    shutil.copytree(ROOT / ".dvc" / "plots", repo / ".dvc" / "plots", dirs_exist_ok=True)
     sh(repo, "plots", "show", "-o", "rendered")
     html = (repo / "rendered" / "index.html").read_text()
+    assert "cdn.jsdelivr.net" not in html and "vegaEmbed(" in html  # vega inlined, not fetched
     assert "loss_curves.png" in html or "loss_curves" in html
     assert "plots/steps/best.csv" in html
 

@@ -1,0 +1,110 @@
+"""The PNG plots: every variant keeps a labelled row, axes are labelled in words, loss differences get a panel."""
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from benchlab.plots import (MEMORY_LABELS, THROUGHPUT_LABEL, bar_figure, baseline_name, loss_figure, make_plots,
+                            read_steps, status_note, step_time_figure)
+
+
+def row(name: str, status: str = "ok", notes: str = "", **kw: Any) -> dict[str, Any]:
+    values = {"tokens_per_sec": 1000.0, "speedup_x": 1.0, "peak_rss_mb": 400.0} if status == "ok" else {}
+    return {"variant": name, "status": status, "notes": notes, **values, **kw}
+
+
+ROWS = [
+    row("base"),
+    row("fast", tokens_per_sec=1500.0, speedup_x=1.5),
+    row("tf32", "skipped", "precision=tf32 is a CUDA tensor-core mode (Ampere or newer); on CPU it would time fp32"),
+    row("big", "oom", "out of memory at train.batch_size=64: CUDA out of memory"),
+    row("wild", "diverged", "loss is nan at step 3"),
+]
+
+
+@pytest.fixture()
+def steps_dir(tmp_path: Path) -> Path:
+    """Per-step CSVs as the bench stage writes them: base and fast coincide, wild stops early, the rest are empty."""
+    header = "step,loss,lr,step_ms,timed\n"
+    for name, losses in {"base": [8.0, 7.5, 7.0, 6.8], "fast": [8.0, 7.5, 7.0, 6.8], "wild": [8.0, 9.0]}.items():
+        lines = [f"{i},{loss},0.001,{40.0 + i},{int(i >= 1)}" for i, loss in enumerate(losses)]
+        (tmp_path / f"{name}.csv").write_text(header + "\n".join(lines) + "\n")
+    for name in ("tf32", "big"):
+        (tmp_path / f"{name}.csv").write_text(header)
+    return tmp_path
+
+
+def texts(ax: Any) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def test_unmeasured_variants_keep_a_row_that_says_why() -> None:
+    fig = bar_figure(ROWS, "tokens_per_sec", THROUGHPUT_LABEL, "Throughput")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["base", "fast", "tf32", "big", "wild"]
+    notes = texts(ax)
+    assert any(n.startswith("skipped: precision=tf32 is a CUDA") for n in notes)
+    assert any(n.startswith("oom: out of memory") for n in notes)
+    assert any(n.startswith("diverged: loss is nan") for n in notes)
+    assert len(ax.patches) == 2  # bars for the two measured variants only
+    plt.close(fig)
+
+
+def test_status_note_is_short_and_keeps_the_status() -> None:
+    note = status_note(row("x", "skipped", "a" * 200 + "; second reason"))
+    assert note.startswith("skipped: aaa") and len(note) < 90 and "second" not in note
+    assert status_note(row("y", "oom")) == "oom"
+
+
+def test_axis_labels_are_words() -> None:
+    fig = bar_figure(ROWS, "peak_rss_mb", MEMORY_LABELS["peak_rss_mb"], "Memory")
+    assert fig.axes[0].get_xlabel() == "peak process memory, RSS (MiB)"
+    assert "_" not in fig.axes[0].get_xlabel()
+    assert MEMORY_LABELS["peak_mem_allocated_mb"] == "peak GPU memory allocated (MiB)"
+    assert "tokens/s" in THROUGHPUT_LABEL and "_" not in THROUGHPUT_LABEL
+    plt.close(fig)
+
+
+def test_step_time_ticks_are_plain_milliseconds(steps_dir: Path) -> None:
+    fig = step_time_figure(ROWS, read_steps(ROWS, steps_dir))
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ax.get_xscale() == "log" and labels
+    assert all(label.replace(".", "").isdigit() for label in labels), labels  # no 10^k mathtext
+    assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    assert "ms" in ax.get_xlabel()
+    assert any(n.startswith("skipped:") for n in texts(ax))
+    plt.close(fig)
+
+
+def test_loss_figure_has_a_difference_from_baseline_panel(steps_dir: Path) -> None:
+    fig = loss_figure(ROWS, read_steps(ROWS, steps_dir), "base")
+    ax_loss, ax_diff = fig.axes
+    assert ax_diff.get_ylabel() == "loss minus base (nats)"
+    diffs = {tuple(line.get_ydata()) for line in ax_diff.get_lines()}
+    assert (0.0, 0.0, 0.0, 0.0) in diffs and (0.0, 1.5) in diffs  # fast coincides with base; wild does not
+    assert "equal to base at every step: fast" in texts(ax_diff)
+    legend = [t.get_text() for t in ax_loss.get_legend().get_texts()]
+    assert legend == ["base", "fast", "wild (diverged)"]
+    styles = {(line.get_linestyle(), line.get_marker()) for line in ax_loss.get_lines()}
+    assert len(styles) == 3  # coinciding curves differ in shape, not only colour
+    plt.close(fig)
+
+
+def test_missing_baseline_curve_is_said(steps_dir: Path) -> None:
+    fig = loss_figure(ROWS, read_steps(ROWS, steps_dir), "tf32")
+    assert "no loss curve for the baseline (tf32)" in texts(fig.axes[1])
+    plt.close(fig)
+
+
+def test_make_plots_writes_four_pngs_and_finds_the_baseline(steps_dir: Path, tmp_path: Path) -> None:
+    paths = make_plots(ROWS, steps_dir, tmp_path / "out")
+    assert [p.name for p in paths] == ["throughput.png", "memory.png", "step_times.png", "loss_curves.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+    assert not pd.read_csv(steps_dir / "tf32.csv").shape[0]  # the header-only CSV did not break it
+    assert baseline_name(ROWS, None) == "base"  # the row whose speedup is exactly 1
+    assert baseline_name(ROWS, "fast") == "fast"
