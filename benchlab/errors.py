@@ -25,7 +25,7 @@ def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = 
         sys.exit(2)
     except (KeyboardInterrupt, lifeline.Stopped) as err:
         io.discard_outputs()
-        at = f" at {lifeline.where()}" if lifeline.where() else ""
+        at = f" at {lifeline.where()}" if lifeline.where() else " before its first step"
         why = "by the user" if isinstance(err, KeyboardInterrupt) or str(err) == "terminated" else f"({err})"
         print(f"stopped {why}{at}; nothing recorded", file=sys.stderr)
         sys.exit(130 if isinstance(err, KeyboardInterrupt) else 143)

@@ -78,7 +78,13 @@ def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module]) 
         return wrap(ChunkedLoss(model))
     features = wrap(Features(model))
     fused = _liger_loss()
-    return lambda idx, targets: fused(model.lm_head.weight, features(idx).flatten(0, 1), targets.flatten())
+
+    def fused_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden = features(idx).flatten(0, 1)  # (B*T, C), bf16 under autocast
+        # The kernel multiplies in the hidden states' dtype; the cast's backward returns an fp32 gradient.
+        return fused(model.lm_head.weight.to(hidden.dtype), hidden, targets.flatten())
+
+    return fused_loss
 
 
 def _liger_loss() -> Callable[..., torch.Tensor]:

@@ -44,7 +44,7 @@ class Diverged(Exception):
 class RunRecord:
     """What one run measured. Timing fields cover the steps after `warmup_steps`."""
 
-    status: str  # ok | diverged | oom
+    status: str  # ok | diverged | oom | error
     message: str = ""
     losses: list[float] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
@@ -233,10 +233,11 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
 
 def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device, steps: int, warmup: int,
                keep_model: bool = False, progress: str | None = None,
-               on_step: Callable[[], None] | None = None) -> RunRecord:
+               on_step: Callable[[], None] | None = None, keep_going: bool = False) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
 
-    `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook).
+    `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
+    `keep_going` records a library error as status `error` instead of raising it (the matrix's variants).
     """
     rec = RunRecord(status="ok", warmup_steps=warmup)
     check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
@@ -253,6 +254,12 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     except torch.OutOfMemoryError as err:
         rec.status = "oom"
         rec.message = f"out of memory at batch size {p.batch_size(settings)}: {str(err).splitlines()[0]}"
+    except Exception as err:  # noqa: BLE001 - recorded, not swallowed: the row shows it
+        if not keep_going or isinstance(err, LabError):
+            raise
+        # A library's kernel or compiler failing on this knob (torchao, liger, inductor) is a result
+        # of the matrix, recorded with its first line; the other variants still run.
+        rec.status, rec.message = "error", f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
     finally:
         if not keep_model:
             del run
@@ -270,11 +277,14 @@ def repeat_in_fresh_process(argv: list[str]) -> RunRecord:
         out = Path(tmp) / "record.json"
         proc = subprocess.run([sys.executable, *argv, "--record-to", str(out)], stdout=None,
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if proc.returncode != 0 or not out.is_file():
-            sys.stderr.write(proc.stderr)
-            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        if proc.returncode == 0 and out.is_file():
+            return RunRecord.from_json(out.read_text())
+        sys.stderr.write(proc.stderr)
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        if proc.returncode in (2, 130, 143):  # the user's error or a stop: this stage cannot go on either
             raise LabError(f"a repeat's process failed (exit {proc.returncode}): {last}")
-        return RunRecord.from_json(out.read_text())
+        # A crash (a CUDA fault, a killed compiler worker) is this variant's result; the matrix goes on.
+        return RunRecord(status="error", message=f"the repeat's process died (exit {proc.returncode}): {last[:300]}")
 
 
 def release(device: torch.device) -> None:

@@ -1,32 +1,59 @@
 #!/usr/bin/env bash
-# Run the whole pipeline at GPT-2 124M scale on a CUDA machine, through DVC,
-# in a scratch copy of this repository, and pack what it measured.
+# Run the pipeline at GPT-2 124M scale on a CUDA machine, through DVC, in a
+# scratch copy of this repository, and pack what it measured.
 #
 #   scripts/gpu_matrix.sh OUT_DIR [-S key=value ...]
 #
-# The -S overrides go to `dvc exp run` after the GPT-2 124M defaults below
+# Environment:
+#   VARIANTS       comma-separated variants to keep, in this order (default: all of params.yaml)
+#   MORE_VARIANTS  JSON object of variants to add, e.g. '{"batch_512": {"batch_size": 512}}'
+#   TIME_LIMIT_S   stop DVC after this many seconds and pack what finished (default: none)
+# The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
-# OUT_DIR gets results.tar.gz (metrics, summary, plots, profiles, dvc.lock)
-# and the log. Needs dvc importable by python3 (e.g. installed from wheels).
+# OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
+# also when the time limit cut the run short (then aggregate it on any machine
+# with `python -m stages.aggregate ...` from the variant files).
 set -euo pipefail
 out=$(realpath "$1"); shift
 src=$(pwd)
 # The scratch copy gets a throwaway commit; record the one the run came from.
 export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
 work=$(mktemp -d)
-mkdir -p "$out"
-mkdir -p "$work/repo" "$work/bin"
-tar -C "$src" --exclude=./.whl --exclude=./.git -cf - . | tar -C "$work/repo" -xf -
+mkdir -p "$out" "$work/repo" "$work/bin"
+tar -C "$src" --exclude=./.whl --exclude=./.git --exclude=./.venv -cf - . | tar -C "$work/repo" -xf -
 # dvc.yaml calls `python`; some images only have python3.
 command -v python >/dev/null || { ln -s "$(command -v python3)" "$work/bin/python"; export PATH="$work/bin:$PATH"; }
 cd "$work/repo"
+# Start from no outputs: every file packed below was made by this run.
+rm -rf metrics plots models data/prepared dvc.lock
+python3 - "$@" <<'PY'
+import json, os, sys, yaml
+p = yaml.safe_load(open("params.yaml"))
+gpu = {"model": "gpt2_124m", "train": {"batch_size": 16, "block_size": 1024, "steps": 30, "lr": 0.0006,
+                                       "min_lr": 0.00006},
+       "bench": {"steps": 20, "warmup_steps": 6, "repeats": 3}, "eval": {"batches": 8}, "profile": {"steps": 2}}
+for key, value in gpu.items():
+    p[key] = {**p[key], **value} if isinstance(value, dict) else value
+p["variants"].update(json.loads(os.environ.get("MORE_VARIANTS") or "{}"))
+keep = [v for v in os.environ.get("VARIANTS", "").split(",") if v]
+if keep:
+    p["variants"] = {name: p["variants"][name] for name in keep}
+    p["profile"]["variants"] = [v for v in p["profile"]["variants"] if v in keep]
+yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
+PY
+# Overrides as DVC would apply them, through params.yaml (-S key=value).
+for arg in "$@"; do case "$arg" in -S) ;; *) python3 -c 'import sys, yaml
+k, v = sys.argv[1].split("=", 1); p = yaml.safe_load(open("params.yaml")); node = p
+*parents, last = k.split(".")
+for part in parents: node = node[part]
+node[last] = yaml.safe_load(v); yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)' "$arg";; esac; done
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1
-python3 -m dvc exp run \
-  -S model=gpt2_124m -S train.batch_size=16 -S train.block_size=1024 \
-  -S train.steps=50 -S train.lr=0.0006 -S train.min_lr=0.00006 \
-  -S bench.steps=30 -S bench.warmup_steps=10 -S bench.repeats=5 \
-  -S eval.batches=8 -S profile.steps=2 "$@" 2>&1 | tee "$out/dvc_log.txt"
-python3 -m dvc metrics show > "$out/metrics_show.txt" 2>&1 || true
-tar czf "$out/results.tar.gz" params.yaml dvc.lock metrics plots
-echo "packed $(du -h "$out/results.tar.gz" | cut -f1) into $out/results.tar.gz"
+status=0
+if [ -n "${TIME_LIMIT_S:-}" ]; then
+  timeout --signal=INT "$TIME_LIMIT_S" python3 -m dvc repro --keep-going 2>&1 | tee "$out/dvc_log.txt" || status=$?
+else
+  python3 -m dvc repro --keep-going 2>&1 | tee "$out/dvc_log.txt" || status=$?
+fi
+tar czf "$out/results.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null || tar czf "$out/results.tar.gz" params.yaml metrics plots
+echo "dvc exit $status; packed $(du -h "$out/results.tar.gz" | cut -f1) into $out/results.tar.gz"

@@ -75,7 +75,7 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
         if p.bench.repeats == 1:
             device = resolve_device(p.device)
             rec = train_once(p, p.variants[name], load_tokens(paths[0]), device, p.bench.steps, p.bench.warmup_steps,
-                             progress=label)
+                             progress=label, keep_going=True)
         else:
             rec = repeat_in_fresh_process(["-m", "stages.bench", "--variant", name, *paths])
         runs.append(rec)
@@ -89,7 +89,7 @@ def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
     """Repeat mode: one run of the variant, its record written for the parent stage to read."""
     device = resolve_device(p.device)
     rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,
-                     progress=f"bench@{name}")
+                     progress=f"bench@{name}", keep_going=True)
     record_to.write_text(rec.to_json())
 
 

@@ -1,0 +1,141 @@
+"""Faults a hostile or unlucky user meets: a second timing on the device, Ctrl-C, SIGTERM, a dead parent."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchlab import devlock, lifeline
+from benchlab.errors import LabError, run_main
+from benchlab.harness import Neighbours
+from benchlab.results import neighbours
+from benchlab.runner import RunRecord
+from stages import bench
+from tests.conftest import ROOT, micro_params
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture()
+def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _hold_lock_in_another_process(seconds: float) -> subprocess.Popen:
+    code = ("import time, torch\nfrom benchlab import devlock\n"
+            f"with devlock.device_lock(torch.device('cpu'), 'fail', 'bench@other'):\n"
+            f"    print('held', flush=True)\n    time.sleep({seconds})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_timing_on_a_held_device_fails_with_the_holder(lock_dir: Path) -> None:
+    other = _hold_lock_in_another_process(30)
+    try:
+        with pytest.raises(LabError, match=r"cpu is being timed by pid \d+ \(bench@other.*set bench.lock=wait"):
+            with devlock.device_lock(CPU, "fail", "bench@mine"):
+                pass
+    finally:
+        other.kill()
+        other.wait()
+    with devlock.device_lock(CPU, "fail", "bench@mine"):  # its death released the lock
+        assert "bench@mine" in devlock.lock_path(CPU).read_text()
+
+
+def test_a_second_timing_waits_for_the_first_by_default(lock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = _hold_lock_in_another_process(1.5)
+    start = time.monotonic()
+    with devlock.device_lock(CPU, "wait", "bench@mine"):
+        waited = time.monotonic() - start
+    other.wait()
+    assert waited > 0.5 and "waiting for pid" in capsys.readouterr().out
+
+
+def test_a_busy_neighbour_is_seen_and_flagged() -> None:
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        watch = Neighbours(CPU)
+        watch.start()
+        time.sleep(1.0)
+        facts = watch.finish()
+    finally:
+        hog.kill()
+        hog.wait()
+    share = 100.0 / (os.cpu_count() or 1)  # one busy core, as a share of all of them
+    assert facts["cpu_busy_others_pct"] > 0.5 * share, facts
+    flagged = neighbours([RunRecord(status="ok", neighbours=facts)])
+    assert flagged["interference_suspected"] is (facts["cpu_busy_others_pct"] > 20.0)
+    quiet = neighbours([RunRecord(status="ok", neighbours={**facts, "cpu_busy_others_pct": 1.0})])
+    assert quiet["interference_suspected"] is False
+
+
+def test_orphan_detection_sees_a_new_parent() -> None:
+    me = os.getpid()
+    assert lifeline.orphaned([(me, os.getppid())]) is False
+    assert lifeline.orphaned([(me, os.getppid() + 100000)]) is True  # as if our parent had died and init adopted us
+
+
+def test_a_stage_stopped_mid_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.io import write_json
+
+    monkeypatch.setitem(lifeline._state, "orphaned", True)
+    with pytest.raises(lifeline.Stopped):
+        write_json(tmp_path / "late.json", {"written": "after dvc died"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_variant_comes_from_dvc_stage_and_must_be_in_params(workdir: Path, prepared: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(prepared, workdir / "prep")
+    monkeypatch.setenv("DVC_STAGE", "bench@x';touch PWNED;'")
+    with pytest.raises(SystemExit):
+        run_main(bench.main, ["prep", "results", "steps"])
+    assert "variant \"x';touch PWNED;'\" is not in params.yaml" in capsys.readouterr().err
+    monkeypatch.setenv("DVC_STAGE", "bench@fp16")
+    run_main(bench.main, ["prep", "results", "steps"])
+    assert json.loads((workdir / "results" / "fp16.json").read_text())["status"] == "skipped"
+    assert not (workdir / "PWNED").exists()
+
+
+def _stage_process(workdir: Path, prepared: Path) -> subprocess.Popen:
+    shutil.copytree(prepared, workdir / "prep")
+    import yaml
+
+    params = micro_params(data__corpus="corpus.txt", train__steps=100000)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "stages.train", "prep", "model.pt", "train.json", "record.json", "steps.csv"]
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = ""
+    while "%|" not in seen:  # the progress bar is drawn once the first step has started
+        char = proc.stdout.read(1)
+        assert char, "the stage ended before training"
+        seen += char
+    time.sleep(1.0)  # the bar is drawn just before step 0 begins
+    return proc
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_ends_a_stage_with_one_line_and_nothing_recorded(workdir: Path, prepared: Path,
+                                                                           sig: int, code: int) -> None:
+    proc = _stage_process(workdir, prepared)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped by the user at step ") and last.endswith("; nothing recorded"), err
+    assert not any((workdir / f).exists() for f in ("model.pt", "train.json", "record.json", "steps.csv"))
