@@ -7,7 +7,8 @@
 # Environment:
 #   VARIANTS       comma-separated variants to keep, in this order (default: all of params.yaml)
 #   MORE_VARIANTS  JSON object of variants to add, e.g. '{"batch_512": {"batch_size": 512}}'
-#   TIME_LIMIT_S   stop DVC after this many seconds and pack what finished (default: none)
+#   TIME_LIMIT_S   kill DVC after this many seconds and pack what finished (default: none)
+#   TARGETS        stages to reproduce, space-separated (default: the whole pipeline)
 # The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
 # OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
@@ -50,10 +51,16 @@ node[last] = yaml.safe_load(v); yaml.safe_dump(p, open("params.yaml", "w"), sort
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1
 status=0
+pack() {
+  tar czf "$out/results.tar.gz" params.yaml $(ls -d dvc.lock metrics plots 2>/dev/null)
+  echo "dvc exit $status; packed $(du -h "$out/results.tar.gz" | cut -f1) into $out/results.tar.gz"
+}
+trap pack EXIT
+read -r -a targets <<< "${TARGETS:-}"
 if [ -n "${TIME_LIMIT_S:-}" ]; then
-  timeout --signal=INT "$TIME_LIMIT_S" python3 -m dvc repro --keep-going 2>&1 | tee "$out/dvc_log.txt" || status=$?
+  # KILL, not INT: DVC's --keep-going would treat an interrupted stage as one failure and go on.
+  timeout --signal=KILL "$TIME_LIMIT_S" python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
 else
-  python3 -m dvc repro --keep-going 2>&1 | tee "$out/dvc_log.txt" || status=$?
+  python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
 fi
-tar czf "$out/results.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null || tar czf "$out/results.tar.gz" params.yaml metrics plots
-echo "dvc exit $status; packed $(du -h "$out/results.tar.gz" | cut -f1) into $out/results.tar.gz"
+grep -E "^(bench|profile)@[A-Za-z0-9_]+:|^error|stopped" "$out/dvc_log.txt" | grep -v "%|" || true
