@@ -41,6 +41,7 @@ from benchlab.io import atomic_path, file_sha256, write_json
 
 PIECE_BYTES = 256 * 1024  # bounded reads; a batch of them keeps both Rust threads busy
 BATCH_BYTES = 4 * 1024 * 1024  # text per encode call: ~1.4M tokens, ~100 MB of Encoding objects
+LONGEST = 16  # pieces a piece may grow to while no safe cut is found
 UINT16_VOCAB = 65536  # ids 0..65535 fit uint16; larger vocabularies need uint32
 TEXT_SUFFIXES = {"text": (".txt",), "jsonl": (".jsonl", ".jsonl.gz"), "parquet": (".parquet",)}
 
@@ -89,16 +90,18 @@ def corpus_files(path: str | Path, fmt: str = "auto") -> list[Path]:
     raise LabError(f"data.corpus={str(path)!r} does not exist; point it at a UTF-8 text file or a folder of *.txt files")
 
 
-def _cut(buf: bytes) -> int:
-    """Where to end a piece of `buf`: after the last newline between printable ASCII, else at a character boundary."""
+def _cut(buf: bytes, force: bool) -> int:
+    """Where to end a piece of `buf`: after its last newline between printable ASCII; 0 if none and not `force`."""
     nl = buf.rfind(b"\n", 0, len(buf) - 1)
     while nl > 0:
         if 32 < buf[nl - 1] < 127 and 32 < buf[nl + 1] < 127:
             return nl + 1
         nl = buf.rfind(b"\n", 0, nl)
-    # No safe newline (one long line, say): cut before a UTF-8 lead byte. The
-    # tokens may then differ from whole-file encoding at this one point, but
-    # they still decode to the same text.
+    if not force:
+        return 0
+    # No safe newline in LONGEST pieces (one huge line, say): cut before a UTF-8
+    # lead byte. Tokens may then differ from whole-file encoding at this one
+    # point, but they still decode to the same text.
     end = len(buf) - 1
     while end > 0 and 0x80 <= buf[end] < 0xC0:
         end -= 1
@@ -128,8 +131,9 @@ def text_pieces(file: Path, piece_bytes: int, done: int) -> Iterator[Piece]:
             if not block:
                 yield Piece(_decode(buf, file, offset), True, done + offset + len(buf))
                 return
-            end = _cut(buf)
-            yield Piece(_decode(buf[:end], file, offset), False, done + offset + end)
+            end = _cut(buf, force=len(buf) >= LONGEST * piece_bytes)
+            if end:  # else no safe place yet: read on, up to LONGEST pieces
+                yield Piece(_decode(buf[:end], file, offset), False, done + offset + end)
             offset, carry = offset + end, buf[end:]
 
 
@@ -140,7 +144,8 @@ def split_document(text: str, piece_bytes: int, done: int) -> Iterator[Piece]:
         return
     raw = text.encode()
     while len(raw) > piece_bytes:
-        end = _cut(raw[:piece_bytes])
+        longest = LONGEST * piece_bytes
+        end = _cut(raw[:piece_bytes], False) or _cut(raw[:longest], force=len(raw) > longest) or len(raw)
         yield Piece(raw[:end].decode(), False, done)
         raw = raw[end:]
     yield Piece(raw.decode(), True, done)
