@@ -2,7 +2,7 @@
 
     python scripts/bench_prepare.py corpus /tmp/bench/c1g.txt 1000000000   # build a corpus
     python scripts/bench_prepare.py run /tmp/bench/c1g.txt /tmp/bench/out1  # one prepare, in a child
-    python scripts/bench_prepare.py throughput /tmp/bench/c100m.txt /tmp/bench/out1  # tokens/s per core
+    python scripts/bench_prepare.py throughput /tmp/bench/c100m.txt /tmp/bench/out1 [bytes]  # tokens/s
 
 The corpus is real text already on the machine: the .py, .txt, .rst and .md
 files of this Python's standard library (test suite included) and of the
@@ -21,6 +21,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # benchlab, when run as a script
 SOURCES = [Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])]
 SUFFIXES = {".py", ".txt", ".rst", ".md"}
 
@@ -151,7 +152,7 @@ def main() -> None:
     elif cmd == "run":
         result = run_prepare(Path(args[0]), Path(args[1]))
     elif cmd == "throughput":
-        result = throughput(Path(args[0]), Path(args[1]))
+        result = throughput(Path(args[0]), Path(args[1]), *map(int, args[2:3]))
     else:
         raise SystemExit(__doc__)
     print(json.dumps(result), flush=True)
