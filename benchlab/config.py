@@ -168,16 +168,31 @@ def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None
 @dataclass(frozen=True)
 class DataParams:
     corpus: str = "data/corpus/python_docs.txt"
-    """A UTF-8 text file, or a folder whose *.txt files are read in sorted order."""
+    """A corpus file, or a folder whose files of data.format are read recursively in sorted order."""
+    format: Literal["auto", "text", "jsonl", "parquet"] = "auto"
+    """text (each file one document), jsonl (.jsonl/.jsonl.gz, one JSON object a line) or parquet (one row a
+    document); auto picks by each file's suffix and, in a folder, reads *.txt, *.jsonl, *.jsonl.gz and *.parquet."""
+    text_field: str = "text"
+    """The JSON key or parquet column holding a document's text."""
+    tokenizer: str = ""
+    """A pretrained `tokenizers` tokenizer.json to encode with; empty: train a byte-level BPE on the corpus."""
     vocab_size: int = 4096
-    """Byte-level BPE vocabulary to train; the model pads it to a multiple of 64."""
+    """Byte-level BPE vocabulary to train (ignored with data.tokenizer); the model pads it to a multiple of 64."""
+    tokenizer_sample_bytes: int = 100_000_000
+    """Train the tokenizer on about this many bytes, taken as every Nth piece across the corpus; 0: all of it."""
+    eot_token: str = "<|endoftext|>"
+    """The end-of-text token appended after each document; a pretrained tokenizer must have it."""
     val_fraction: float = 0.1
     """Share of the tokens (taken from the end) held out for validation."""
 
     def __post_init__(self) -> None:
         _check(self.vocab_size >= 257, "data.vocab_size", self.vocab_size, "at least 257 (256 bytes + end-of-text)")
-        _check(self.vocab_size <= 65536, "data.vocab_size", self.vocab_size, "at most 65536 (tokens are stored as uint16)")
+        _check(self.vocab_size <= 2**32, "data.vocab_size", self.vocab_size, "at most 4294967296 (tokens are stored as uint32)")
         _check(0.0 < self.val_fraction < 0.5, "data.val_fraction", self.val_fraction, "between 0 and 0.5, exclusive")
+        _check(self.tokenizer_sample_bytes >= 0, "data.tokenizer_sample_bytes", self.tokenizer_sample_bytes,
+               "0 (the whole corpus) or a positive byte count such as 100000000")
+        _check(bool(self.text_field), "data.text_field", self.text_field, "the key or column holding the text, e.g. text")
+        _check(bool(self.eot_token), "data.eot_token", self.eot_token, "a token such as <|endoftext|>")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Writing outputs so that a killed run never leaves a file that looks finished."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +39,15 @@ def write_json(path: str | Path, data: Any) -> None:
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks so any size fits in memory."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def remove_outputs(*paths: str | Path) -> None:

@@ -1,9 +1,9 @@
-"""Stage prepare: corpus -> byte-level BPE tokenizer, train/val token files, meta.json."""
+"""Stage prepare: corpus -> tokenizer (trained or given), train/val token files, meta.json, streamed."""
 
 import argparse
 
 from benchlab.config import load_params
-from benchlab.data import prepare
+from benchlab.corpus import prepare
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs
 
@@ -15,12 +15,12 @@ def main(argv: list[str] | None = None) -> None:
     remove_outputs(args.out_dir)
     p = load_params()
     try:
-        meta = prepare(p.data.corpus, p.data.vocab_size, p.data.val_fraction, args.out_dir)
+        meta = prepare(p.data, args.out_dir)
     except BaseException:
         remove_outputs(args.out_dir)  # no half-written token files for DVC to record
         raise
     print(f"prepare: {meta['corpus_bytes']} bytes -> {meta['train_tokens']} train + {meta['val_tokens']} val tokens, "
-          f"vocab {meta['tokenizer_vocab_size']}, corpus sha256 {meta['corpus_sha256'][:12]}")
+          f"vocab {meta['tokenizer_vocab_size']} ({meta['dtype']}), corpus sha256 {meta['corpus_sha256'][:12]}")
 
 
 if __name__ == "__main__":

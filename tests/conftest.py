@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.config import Params, parse_params
-from benchlab.data import load_tokens, prepare
+from benchlab.config import DataParams, Params, parse_params
+from benchlab.corpus import prepare
+from benchlab.data import load_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus" / "python_docs.txt"
@@ -41,7 +42,7 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def prepared(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("prepared")
-    prepare(small_corpus, 512, 0.1, out)
+    prepare(DataParams(corpus=str(small_corpus), vocab_size=512), out)
     return out
 
 

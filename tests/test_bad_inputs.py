@@ -11,7 +11,8 @@ import pytest
 import torch
 import yaml
 
-from benchlab.data import prepare as prepare_corpus
+from benchlab.config import DataParams
+from benchlab.corpus import prepare as prepare_corpus
 from benchlab.errors import run_main
 from stages import aggregate, bench, env, evaluate, prepare, train
 from tests.conftest import micro_params
@@ -56,7 +57,7 @@ def evil_torch_checkpoint(root: Path) -> None:
 
 def prepare_tokens(corpus: Path, vocab: int, val: float, out: Path, text_limit: int) -> None:
     corpus.write_text(corpus.read_text()[:text_limit])
-    prepare_corpus(corpus, vocab, val, out)
+    prepare_corpus(DataParams(corpus=str(corpus), vocab_size=vocab, val_fraction=val), out)
 
 
 def small_data(root: Path) -> None:
@@ -110,7 +111,7 @@ CASES = [
     ("no untimed warm-up", set_params(bench__warmup_steps=0), ENV, "bench.warmup_steps=0 is not valid; expected 1 or more"),
     ("zero steady-state tolerance", set_params(bench__steady_tolerance=0), ENV, "bench.steady_tolerance=0.0"),
     ("zero validation batches", set_params(eval__batches=0), ENV, "eval.batches=0 is not valid; expected a positive integer"),
-    ("vocabulary too large for uint16", set_params(data__vocab_size=70000), ENV, "data.vocab_size=70000 is not valid; expected at most 65536"),
+    ("vocabulary too large for uint32", set_params(data__vocab_size=2**32 + 1), ENV, "data.vocab_size=4294967297 is not valid; expected at most 4294967296"),
     ("zero loss tolerance", set_params(aggregate__loss_tolerance=0), ENV, "aggregate.loss_tolerance=0.0"),
     ("negative repeat tolerance", set_params(aggregate__repeat_tolerance=-0.01), ENV, "aggregate.repeat_tolerance=-0.01"),
     ("zero profiled steps", set_params(profile__steps=0), ENV, "profile.steps=0 is not valid; expected a positive integer"),

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from benchlab.data import BatchStream, eval_batches, load_tokens, prepare
+from benchlab.config import DataParams
+from benchlab.corpus import prepare
+from benchlab.data import BatchStream, eval_batches, load_tokens
 from benchlab.errors import LabError
 
 
@@ -18,7 +20,7 @@ def test_tokenizer_round_trips_any_text(prepared: Path) -> None:
 
 
 def test_prepare_is_deterministic(small_corpus: Path, prepared: Path, tmp_path: Path) -> None:
-    prepare(small_corpus, 512, 0.1, tmp_path)
+    prepare(DataParams(corpus=str(small_corpus), vocab_size=512), tmp_path)
     for name in ("train.bin", "val.bin", "meta.json", "tokenizer.json"):
         assert (tmp_path / name).read_bytes() == (prepared / name).read_bytes(), name
 
@@ -41,7 +43,7 @@ def test_folder_corpus_reads_txt_files_in_sorted_order(tmp_path: Path, small_cor
     (folder / "b.txt").write_text(text[20_000:40_000])
     (folder / "a.txt").write_text(text[:20_000])
     (folder / "ignored.bin").write_bytes(b"\x00\x01")
-    meta = prepare(folder, 300, 0.1, tmp_path / "out")
+    meta = prepare(DataParams(corpus=str(folder), vocab_size=300), tmp_path / "out")
     assert meta["corpus_bytes"] == len(text[:40_000].encode())
 
 
@@ -86,7 +88,7 @@ def test_token_ids_beyond_the_vocabulary_are_caught(prepared: Path, tmp_path: Pa
     arr = np.fromfile(folder / "val.bin", dtype=np.uint16)
     arr[0] = 60000
     arr.tofile(folder / "val.bin")
-    from benchlab.data import file_sha256
+    from benchlab.io import file_sha256
 
     meta["val_sha256"] = file_sha256(folder / "val.bin")
     (folder / "meta.json").write_text(json.dumps(meta))

@@ -1,0 +1,199 @@
+"""Streaming prepare: same tokens as whole-file encoding, every input format, bounded memory, clean failures."""
+
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from benchlab.config import DataParams
+from benchlab.corpus import new_tokenizer, prepare
+from benchlab.data import load_tokens
+from benchlab.errors import LabError
+from tests.conftest import CORPUS, ROOT
+
+EOT = "<|endoftext|>"
+
+
+def all_tokens(folder: Path) -> np.ndarray:
+    data = load_tokens(folder)
+    return np.concatenate([data.train, data.val])
+
+
+def documents(n: int = 40) -> list[str]:
+    """Slices of the embedded corpus, cut at line ends, as separate documents."""
+    lines = CORPUS.read_text(encoding="utf-8")[:80_000].splitlines(keepends=True)
+    return ["".join(lines[i :: n]) for i in range(n)]
+
+
+def test_streaming_gives_the_tokens_of_whole_file_encoding(tmp_path: Path) -> None:
+    texts = [CORPUS.read_text(encoding="utf-8")[:50_000], "second file\n\n  indented\n" * 300]
+    for i, text in enumerate(texts):
+        (tmp_path / f"{i}.txt").write_text(text, encoding="utf-8")
+    # The whole-file way (the code before streaming): train on whole texts, encode each, end-of-text after each.
+    tok, trainer = new_tokenizer(512, EOT)
+    tok.train_from_iterator(texts, trainer=trainer)
+    expected = [t for text in texts for t in tok.encode(text).ids + [tok.token_to_id(EOT)]]
+
+    meta = prepare(DataParams(corpus=str(tmp_path), vocab_size=512, tokenizer_sample_bytes=0), tmp_path / "out",
+                   piece_bytes=2048, batch_bytes=8192)  # hundreds of pieces and batches
+    assert all_tokens(tmp_path / "out").tolist() == expected
+    assert Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json")).to_str() == tok.to_str()
+    assert meta["tokenizer_sample"] == "whole corpus" and meta["corpus_documents"] == 2
+
+
+def test_a_literal_end_of_text_in_the_text_round_trips(tmp_path: Path) -> None:
+    text = f"first part {EOT} still the same document\nsecond line <|endoftext|>\n"
+    (tmp_path / "c.txt").write_text(text * 20)
+    prepare(DataParams(corpus=str(tmp_path / "c.txt"), vocab_size=300, val_fraction=0.1), tmp_path / "out")
+    tokens = all_tokens(tmp_path / "out").tolist()
+    tok = Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    eot = tok.token_to_id(EOT)
+    assert tokens.count(eot) == 1 and tokens[-1] == eot  # one document, one boundary
+    assert tok.decode(tokens[:-1]) == text * 20
+
+
+def write_formats(root: Path, docs: list[str]) -> dict[str, Path]:
+    """The same documents as a folder of .txt files, .jsonl, .jsonl.gz and .parquet."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    (root / "txt").mkdir()
+    for i, doc in enumerate(docs):
+        (root / "txt" / f"{i:03d}.txt").write_text(doc, encoding="utf-8")
+    lines = "".join(json.dumps({"id": i, "text": doc}) + "\n" for i, doc in enumerate(docs))
+    (root / "c.jsonl").write_text(lines, encoding="utf-8")
+    (root / "c.jsonl.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
+    pq.write_table(pa.table({"id": list(range(len(docs))), "content": docs}), root / "c.parquet", row_group_size=7)
+    return {"text": root / "txt", "jsonl": root / "c.jsonl", "jsonl.gz": root / "c.jsonl.gz", "parquet": root / "c.parquet"}
+
+
+def test_every_input_format_gives_the_same_tokens(tmp_path: Path) -> None:
+    paths = write_formats(tmp_path, documents())
+    results = {}
+    for name, path in paths.items():
+        field = "content" if name == "parquet" else "text"
+        meta = prepare(DataParams(corpus=str(path), vocab_size=400, text_field=field), tmp_path / name / "out",
+                       piece_bytes=1024)  # long documents are cut into pieces too
+        assert meta["corpus_documents"] == 40, name
+        results[name] = all_tokens(tmp_path / name / "out").tolist()
+    assert results["jsonl"] == results["text"] == results["jsonl.gz"] == results["parquet"]
+    # A pretrained tokenizer.json instead of training one: the same tokenizer gives the same tokens.
+    trained = tmp_path / "text" / "out" / "tokenizer.json"
+    meta = prepare(DataParams(corpus=str(paths["jsonl"]), tokenizer=str(trained)), tmp_path / "pre")
+    assert all_tokens(tmp_path / "pre").tolist() == results["text"] and meta["tokenizer_sample"] == "none: pretrained"
+
+
+@pytest.mark.parametrize("name, field, message", [
+    ("jsonl", "body", "line 1 has no 'body' field; set data.text_field"),
+    ("parquet", "text", "has no column 'text'; set data.text_field to one of: id, content"),
+])
+def test_a_missing_text_field_names_the_fix(tmp_path: Path, name: str, field: str, message: str) -> None:
+    path = write_formats(tmp_path, documents(4))[name]
+    with pytest.raises(LabError, match=message):
+        prepare(DataParams(corpus=str(path), vocab_size=300, text_field=field), tmp_path / "out")
+
+
+def big_vocab_tokenizer(path: Path, size: int) -> None:
+    """A byte-level tokenizer whose end-of-text id is size - 1, past what uint16 holds."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {f"unused{i}": i for i in range(len(alphabet), size - 1)}
+    tok = Tokenizer(models.BPE(vocab | {EOT: size - 1}, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.add_special_tokens([EOT])
+    tok.save(str(path))
+
+
+def test_token_dtype_follows_the_vocabulary(tmp_path: Path, prepared: Path) -> None:
+    big_vocab_tokenizer(tmp_path / "big.json", 70_000)
+    for doc in range(3):
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / f"{doc}.txt").write_text(documents(3)[doc])
+    meta = prepare(DataParams(corpus=str(tmp_path / "docs"), tokenizer=str(tmp_path / "big.json")), tmp_path / "out")
+    data = load_tokens(tmp_path / "out")
+    assert meta["dtype"] == "uint32" and data.train.dtype == np.uint32 and data.vocab_size == 70_000
+    assert int(np.concatenate([data.train, data.val]).max()) == 69_999  # the end-of-text ids survive
+    assert json.loads((prepared / "meta.json").read_text())["dtype"] == "uint16"
+    meta_path = tmp_path / "out" / "meta.json"
+    meta_path.write_text(json.dumps(json.loads(meta_path.read_text()) | {"dtype": "uint16"}))
+    with pytest.raises(LabError, match="says dtype uint16 but a vocabulary of 70000 is stored as uint32"):
+        load_tokens(tmp_path / "out")
+
+
+def generated_corpus(path: Path, size: int, seed: int = 0) -> Path:
+    """Lines of the embedded corpus in a seeded random order, `size` bytes of them."""
+    lines = CORPUS.read_bytes().splitlines(keepends=True)
+    rng, written = random.Random(seed), 0
+    with path.open("wb") as f:
+        while written < size:
+            rng.shuffle(lines)
+            chunk = b"".join(lines)[: size - written]
+            chunk = chunk[: chunk.rfind(b"\n") + 1]
+            f.write(chunk)
+            written += len(chunk)
+    return path
+
+
+def test_a_bad_byte_late_in_a_large_file_stops_before_any_output(tmp_path: Path) -> None:
+    corpus = generated_corpus(tmp_path / "big.txt", 8_000_000)
+    offset = corpus.stat().st_size - 1000
+    with corpus.open("r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff")
+    start = time.perf_counter()
+    with pytest.raises(LabError, match=rf"big.txt is not UTF-8 text \(invalid start byte at byte {offset}\)"):
+        prepare(DataParams(corpus=str(corpus), vocab_size=300, tokenizer_sample_bytes=200_000), tmp_path / "out")
+    assert time.perf_counter() - start < 20  # found while scanning, not after encoding
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # not even a temporary file
+
+
+PREPARE_CHILD = """
+import resource, sys
+from benchlab.config import DataParams
+from benchlab.corpus import prepare
+prepare(DataParams(corpus=sys.argv[1], vocab_size=512, tokenizer_sample_bytes=500_000), sys.argv[2], batch_bytes=1 << 20)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def child(corpus: Path, out: Path) -> subprocess.Popen:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", PREPARE_CHILD, str(corpus), str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_killing_prepare_half_way_leaves_nothing_load_tokens_accepts(tmp_path: Path, prepared: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for f in prepared.iterdir():  # a complete earlier prepare is being redone
+        (out / f.name).write_bytes(f.read_bytes())
+    proc = child(generated_corpus(tmp_path / "c.txt", 6_000_000), out)
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(".train.bin.tmp") and p.stat().st_size > 0 for p in out.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with pytest.raises(LabError, match="meta.json is missing"):
+        load_tokens(out)
+
+
+def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
+    peaks = {}
+    for size in (3_000_000, 15_000_000):
+        proc = child(generated_corpus(tmp_path / f"{size}.txt", size), tmp_path / f"out{size}")
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        peaks[size] = int(stdout.split()[-1])
+        assert "prepare encode:" in stderr and "MB/s" in stderr and "s left" in stderr  # the progress line
+    # Five times the text, the same memory (MiB): the whole-file code needed ~200 bytes a corpus byte (3 GB here).
+    assert peaks[15_000_000] < peaks[3_000_000] + 40, peaks
+    assert peaks[15_000_000] < 600, peaks
