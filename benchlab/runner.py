@@ -336,16 +336,24 @@ def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) ->
 
 def last_words(stderr: str) -> str:
     """The line that says why a child failed: a stage's own `error:` line, else torchrun's note of the first
-    rank that failed, else the last line."""
+    rank that failed (its partners were stopped because of it), else a stop, else the last line."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    ours = [line for line in lines if line.startswith(("error: ", "stopped "))]
-    if ours:
-        return ours[0].removeprefix("error: ")
-    ranks = [i for i, line in enumerate(lines) if line.startswith("rank") and line.split(":")[0] == "rank"]
-    if ranks:  # torchrun's summary: rank, exitcode and the signal name on the lines that follow
-        i = ranks[0]
-        detail = " ".join(lines[i: i + 3]).replace("  ", " ")
-        return detail[:300]
+    errors = [line for line in lines if line.startswith("error: ")]
+    if errors:
+        return errors[0].removeprefix("error: ")
+    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), 0)
+    fields_ = {}
+    for line in lines[root:]:  # torchrun's summary: "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 7)", ...
+        key, _, value = line.partition(":")
+        if key.strip() in ("rank", "exitcode", "traceback") and key.strip() not in fields_:
+            fields_[key.strip()] = value.strip()
+    if "rank" in fields_ and "exitcode" in fields_:
+        words = f"rank {fields_['rank']} ended with exit code {fields_['exitcode']}"
+        signal_name = fields_.get("traceback", "")
+        return words + (f" ({signal_name})" if signal_name.startswith("Signal") else "")
+    stops = [line for line in lines if line.startswith("stopped ")]
+    if stops:
+        return stops[0].removesuffix("; nothing recorded")
     return lines[-1] if lines else "no message"
 
 
