@@ -119,6 +119,8 @@ def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if value == 1:  # one process runs wherever the device does
+        return None
     if d.kind == "cuda" and value > d.gpu_count:
         return f"nproc={value} asks for {value} GPUs per node; this machine has {d.gpu_count}"
     if d.kind == "cpu" and value > d.cpu_count:
