@@ -17,6 +17,8 @@
 #   MODELS        models to run, in order (default: gpt2_124m gpt2_350m)
 #   REPEATS       bench.repeats (default 3)
 #   TIME_LIMIT_S  per model: stop DVC after this many seconds and pack what finished (default 210)
+#   PROFILE       models whose ddp_2 and fsdp2_2 are also traced by the profile stage, for the share of
+#                 the step in NCCL kernels (default gpt2_124m; after the bench stages, inside the limit)
 #   RECIPE        JSON of the recipe's knobs (default the public recipe; a CPU check may pass
 #                 '{"precision": "fp32", "attention": "sdpa"}' to skip compilation)
 # OUT_DIR gets <model>.tar.gz (params, dvc.lock, metrics, plots), <model>_log.txt,
@@ -57,7 +59,9 @@ p["variants"] = {
     "ddp_1": {**recipe, "batch_size": 16, "parallel": "ddp", "nproc": 1},
 }
 p["aggregate"]["baseline"] = "one_b16"
-p["profile"]["variants"] = []
+profiled = os.environ.get("PROFILE", "gpt2_124m").split()
+p["profile"]["variants"] = ["ddp_2", "fsdp2_2"] if os.environ["MODEL"] in profiled else []
+p["profile"]["steps"] = 2
 # -S key=value overrides, as DVC would apply them through params.yaml.
 args = [a for a in sys.argv[1:] if a != "-S"]
 for arg in args:
@@ -71,7 +75,7 @@ yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
 PY
     git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
     status=0
-    timeout --signal=INT "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate 2>&1 \
+    timeout --signal=INT "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate $(grep -q "variants: \[\]" params.yaml || echo profile) 2>&1 \
       | tee "$out/${model}_log.txt" || status=$?
     tar czf "$out/$model.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null \
       || tar czf "$out/$model.tar.gz" params.yaml metrics plots
@@ -93,6 +97,8 @@ for model in models:
         r = json.loads(f.read_text())
         print(model, f.stem, " ".join(f"{k}={r.get(k):.6g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}"
                                       for k in keys), r.get("message", "")[:120])
+    for md in sorted((work / model / "plots" / "profiles").glob("*_kernels.md")):
+        print(md.read_text()[:1500])
     summary = work / model / "metrics" / "summary.md"
     if summary.is_file():
         print(summary.read_text())
