@@ -27,6 +27,8 @@ Checkpointing = Literal["none", "full", "selective"]
 LossKind = Literal["standard", "chunked", "fused"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
+Parallel = Literal["none", "ddp", "fsdp2"]
+ParamDtype = Literal["fp32", "bf16"]
 
 # Variant names become file names and DVC stage names; they must be plain
 # identifiers. They never reach a shell: stages learn their variant from
@@ -51,6 +53,7 @@ class DeviceFacts:
     torchao: bool = False
     liger: bool = False
     gpu_count: int = 0
+    cpu_count: int = 1  # cores: on a CPU, gloo ranks beyond them would only time each other's waiting
 
 
 # A knob's check: (its value, all settings, the device) -> why it cannot run, or None.
@@ -115,6 +118,22 @@ def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     return None
 
 
+def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if value == 1:  # one process runs wherever the device does
+        return None
+    if d.kind == "cuda" and value > d.gpu_count:
+        return f"nproc={value} asks for {value} GPUs per node; this machine has {d.gpu_count}"
+    if d.kind == "cpu" and value > d.cpu_count:
+        return f"nproc={value} gloo processes on a CPU of {d.cpu_count} cores would time each other's waiting"
+    return None
+
+
+def _param_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    if value == "bf16" and d.kind == "cuda" and not d.bf16:
+        return f"fsdp_param_dtype=bf16 needs an Ampere or newer GPU; {d.name} has no bf16"
+    return None
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The knob table. Top-level keys of params.yaml set the train stage's; each variant sets its own.
@@ -149,6 +168,26 @@ class RunSettings:
         "the batch stream")
     grad_accum: int = knob(
         1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step")
+    parallel: Parallel = knob(
+        "none", "none: one process; ddp: DistributedDataParallel (gradients all-reduced in buckets during "
+        "backward); fsdp2: torch.distributed.fsdp.fully_shard on every block and the root (parameters, "
+        "gradients and optimizer state sharded over the ranks). ddp and fsdp2 run under torchrun",
+        "5. wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module")
+    nproc: int = knob(
+        1, "processes per node (one per GPU; gloo ranks on a CPU); batch_size stays the global batch, each rank "
+        "takes batch_size / (nproc x nodes) of it", "the stage's torchrun launch; the batch stream's rank slice",
+        _nproc_skip)
+    ddp_bucket_mb: int = knob(25, "DDP's gradient bucket size in MiB (bucket_cap_mb): smaller buckets start "
+                              "all-reducing sooner in backward, larger ones launch fewer collectives", "5. DDP")
+    ddp_grad_as_bucket_view: bool = knob(
+        False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
+        "5. DDP")
+    fsdp_reshard_after_forward: bool = knob(
+        True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
+              "keeps them until backward, trading memory for one all-gather per block", "5. fully_shard")
+    fsdp_param_dtype: ParamDtype = knob(
+        "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
+                "gradients are reduced in fp32 either way", "5. fully_shard", _param_dtype_skip)
 
 
 
@@ -342,6 +381,18 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.batch_size is None or s.batch_size > 0, f"{where}batch_size", s.batch_size, "a positive integer")
     _check(s.grad_accum >= 1, f"{where}grad_accum", s.grad_accum, "1 or more")
     _check(batch % s.grad_accum == 0, f"{where}grad_accum", s.grad_accum, f"a divisor of the batch size {batch}")
+    _check(s.nproc >= 1, f"{where}nproc", s.nproc, "1 or more")
+    _check(s.parallel != "none" or s.nproc == 1, f"{where}nproc", s.nproc,
+           "1 with parallel=none (set parallel=ddp or parallel=fsdp2 to run more processes)")
+    _check(batch % (s.nproc * s.grad_accum) == 0, f"{where}nproc", s.nproc,
+           f"a count whose product with grad_accum={s.grad_accum} divides the global batch size {batch}")
+    _check(s.ddp_bucket_mb >= 1, f"{where}ddp_bucket_mb", s.ddp_bucket_mb, "1 or more (MiB)")
+    _check(s.parallel == "ddp" or (s.ddp_bucket_mb == 25 and not s.ddp_grad_as_bucket_view),
+           f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb or ddp_grad_as_bucket_view is set")
+    _check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"),
+           f"{where}parallel", s.parallel, "fsdp2 when fsdp_reshard_after_forward or fsdp_param_dtype is set")
+    _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,
+           "standard or chunked with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)")
 
 
 def _check(ok: bool, key: str, value: object, valid: str) -> None:

@@ -68,6 +68,7 @@ def environment() -> dict:
         "cuda_available": torch.cuda.is_available(),
         "cuda": torch.version.cuda,
         "gpu": None, "gpu_count": 0, "gpu_capability": None, "driver": None, "cudnn": None,
+        "gpu_topology": None,  # `nvidia-smi topo -m`: how the GPUs are linked (NVLink NV#, PCIe PIX/PHB/SYS)
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
@@ -76,6 +77,7 @@ def environment() -> dict:
         env["cudnn"] = torch.backends.cudnn.version()
         driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
         env["driver"] = driver.splitlines()[0] if driver else None
+        env["gpu_topology"] = _run(["nvidia-smi", "topo", "-m"])
     return env
 
 

@@ -85,6 +85,14 @@ def start() -> None:
     threading.Thread(target=_watch, args=(watched(),), daemon=True, name="lifeline").start()
 
 
+def die_with_parent() -> None:
+    """For a child this stage starts (torchrun): SIGTERM when this stage dies, however it dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 def check() -> None:
     """Raise Stopped if the stage should no longer write anything."""
     if _state["orphaned"]:

@@ -2,19 +2,27 @@
 
 0. the attention kernel (the model's constructor, `benchlab.build`), then:
 1. device placement, 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
-4. activation checkpointing of each block, 5. the loss head, wrapped whole by
-torch.compile (with its mode), 6. the optimizer (for-loop or fused AdamW),
-7. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
-modules before checkpointing wraps them, and compile sees the final module tree."""
+4. activation checkpointing of each block, 5. data parallelism: FSDP2's
+fully_shard on every block and on the model, or DDP around the loss head's
+module, 6. the loss head, wrapped whole by torch.compile (with its mode),
+7. the optimizer (for-loop or fused AdamW, over the sharded parameters),
+8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
+modules before checkpointing wraps them, fully_shard wraps the checkpointed
+blocks, and compile sees the final module tree, calling through DDP (whose
+graph it splits at bucket boundaries, so all-reduce overlaps backward) or
+through FSDP2's hooks. DDP must wrap the module the step calls, the loss head,
+since the chunked and fused heads call the model's body, not its forward."""
 
 import importlib.util
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.distributed
 import torch.nn as nn
 
 from benchlab.config import DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
@@ -37,11 +45,11 @@ def device_facts(device: torch.device) -> DeviceFacts:
     installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel")}
     if device.type == "cpu":
         return DeviceFacts(kind="cpu", name="cpu", cxx=shutil.which(os.environ.get("CXX", "g++")) is not None,
-                           torchao=installed["torchao"])
+                           torchao=installed["torchao"], cpu_count=os.cpu_count() or 1)
     return DeviceFacts(
         kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
         bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
-        liger=installed["liger_kernel"], gpu_count=torch.cuda.device_count(),
+        liger=installed["liger_kernel"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
     )
 
 
@@ -110,11 +118,51 @@ def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
     return partial(torch.compile, mode=None if settings.compile_mode == "default" else settings.compile_mode)
 
 
+def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
+    """FSDP2: each block is one all-gather / reduce-scatter unit, the model's own layers the root unit.
+
+    Parameters are gathered in `fsdp_param_dtype` and gradients reduced in fp32.
+    The chunked and fused heads call `features`, not `forward`; it is registered
+    so that it, too, gathers the root's parameters.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    param_dtype = torch.bfloat16 if settings.fsdp_param_dtype == "bf16" else None
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=settings.fsdp_reshard_after_forward)
+    # The root's layers (embeddings, tied output head) stay gathered from forward into backward: `forward`
+    # calls `features`, and a reshard when `features` returned would leave the head with its shard only.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    register_fsdp_forward_method(model, "features")
+
+
+def ddp(settings: RunSettings, device: torch.device) -> "partial[nn.Module]":
+    """DistributedDataParallel with the run's bucket size; the model's buffers (attention masks) never change,
+    so they are not broadcast every step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return partial(DistributedDataParallel, device_ids=[device.index] if device.type == "cuda" else None,
+                   bucket_cap_mb=settings.ddp_bucket_mb, gradient_as_bucket_view=settings.ddp_grad_as_bucket_view,
+                   broadcast_buffers=False)
+
+
+def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module], nn.Module]":
+    """What wraps the loss head's module: DDP (ddp), then torch.compile (compile), each only when asked."""
+    outer = compiler(settings) or (lambda module: module)
+    if settings.parallel != "ddp":
+        return outer
+    inner = ddp(settings, device)
+    return lambda module: outer(inner(module))
+
+
 @dataclass
 class TrainingRun:
     """A model ready to train: the raw module to save and evaluate, the loss to step through, and how to step."""
 
-    model: GPT  # raw module: save and evaluate this one
+    model: GPT  # raw module (sharded in place under FSDP2): save and evaluate this one
     loss: LossFn  # (idx, targets) -> mean loss, compiled or eager, with the run's loss head
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
@@ -145,7 +193,11 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         to_float8(model)
     if settings.activation_checkpointing != "none":
         checkpoint_blocks(model, settings.activation_checkpointing)
-    wrap = compiler(settings) or (lambda module: module)
-    loss = loss_fn(model, settings.loss, wrap)
+    if settings.parallel != "none" and not torch.distributed.is_initialized():
+        raise LabError(f"parallel={settings.parallel} runs under torchrun (the bench stage starts it); "
+                       "this process joined no process group")
+    if settings.parallel == "fsdp2":
+        shard(model, settings, device)
+    loss = loss_fn(model, settings.loss, wrapper(settings, device))
     optimizer = make_optimizer(model, settings, train)
     return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)

@@ -11,6 +11,8 @@ from typing import Any
 
 # First match wins; checked against the lower-cased kernel name.
 FAMILIES: list[tuple[str, tuple[str, ...]]] = [
+    # First: NCCL's all-reduce, all-gather and reduce-scatter kernels, whatever they move.
+    ("communication", ("nccl",)),
     ("attention", ("sdpa", "flash", "fmha", "attention")),
     ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_")),
     ("optimizer", ("adam", "multi_tensor_apply")),
@@ -61,8 +63,11 @@ def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
         per_kernel[e["name"]][0] += ms
         per_kernel[e["name"]][1] += 1.0 / steps
         per_family[family(e["name"])] += ms
+    kernel_ms = sum(per_family.values())
     return {
         "kernels": sorted(((n, ms, calls) for n, (ms, calls) in per_kernel.items()), key=lambda k: -k[1]),
+        # Communication kernels' share of all kernel time (they may overlap compute kernels on other streams).
+        "comm_share_pct": 100.0 * per_family.get("communication", 0.0) / kernel_ms if kernel_ms else None,
         "families": sorted(per_family.items(), key=lambda f: -f[1]),
         "kernel_ms_per_step": sum(per_family.values()),
         "gpu_step_ms": (window[1] - window[0]) / 1000.0 / steps if window else None,
@@ -80,5 +85,7 @@ def kernel_markdown(summary: dict[str, Any], rows: int = 25) -> str:
         lines.append(f"| `{short}` | {family(name)} | {calls:.1f} | {ms:.3f} | {100 * ms / total:.1f} |")
     step = summary["gpu_step_ms"]
     tail = f"Kernel time: {summary['kernel_ms_per_step']:.2f} ms per traced step"
+    if summary.get("comm_share_pct"):
+        tail += f" (communication kernels {summary['comm_share_pct']:.1f}% of it, overlapped or not)"
     tail += f", in {step:.2f} ms of GPU time per traced step (the rest: gaps between kernels)." if step else "."
     return "\n".join(lines) + f"\n\n{tail}\n"

@@ -18,7 +18,7 @@ BUSY_OTHERS_PCT = 20.0
 # What `dvc metrics diff` and `dvc exp show` compare: numbers only, never the
 # environment or provenance strings, which stay in the full record.
 METRIC_KEYS = (
-    "tokens_per_sec", "tokens_per_sec_wall", "host_overhead_pct", "step_ms_median", "step_ms_p90",
+    "tokens_per_sec", "tokens_per_sec_per_gpu", "world_size", "tokens_per_sec_wall", "host_overhead_pct", "step_ms_median", "step_ms_p90",
     "peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb", "mfu_pct", "warmup_s",
     "final_train_loss", "val_loss", "val_perplexity",
 )
@@ -85,7 +85,11 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "status": "ok",
         "message": "",
         "timed_steps": len(first.timed_ms),
-        "tokens_per_sec": tps_median,
+        "tokens_per_sec": tps_median,  # global: every rank's tokens, at the slowest rank's step time
+        "world_size": first.world_size,
+        # Per rank: one GPU's share (or one gloo process's on a CPU).
+        "tokens_per_sec_per_gpu": tps_median / first.world_size,
+        "peak_mem_per_rank_mb": [max(vals) for vals in zip(*(r.rank_peak_mb for r in runs))] or None,
         "tokens_per_sec_mean": stats.describe(tps)["mean"],
         # Where the next independent run (a fresh process) should land, 95%: the table's interval.
         "tokens_per_sec_pi95_low": tps_pi[0] if tps_pi else None,

@@ -5,6 +5,11 @@ The train stage, every variant stage and the profile stage call `train_once`
 one learning-rate schedule and one way of feeding batches. A variant's
 repeats each run in a fresh process (`repeat_in_fresh_process`), so no
 repeat inherits another's allocator, caches or clocks.
+
+Under torchrun every rank draws the same global batch (the same seed) and
+trains on its slice of it, so the ranks together see exactly the batch one
+process would; `combine_ranks` turns the ranks' records into the run's: a
+step takes as long as its slowest rank, and its loss is the ranks' mean.
 """
 
 import gc
@@ -24,7 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from benchlab import harness, lifeline
+from benchlab import dist, harness, lifeline
 from benchlab.build import fresh_model
 from benchlab.config import Params, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
@@ -59,6 +64,8 @@ class RunRecord:
     diverged_step: int | None = None
     val_loss: float | None = None
     neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
+    world_size: int = 1  # ranks that trained together; the figures above are combined over them
+    rank_peak_mb: list[float] = field(default_factory=list)  # each rank's peak memory (allocated on CUDA, else RSS)
     run: TrainingRun | None = None  # the trained model, for the train stage to save; never serialized
 
     @property
@@ -171,11 +178,18 @@ def skipped_steps(scales: list[torch.Tensor]) -> int | None:
     return int((s[1:] < s[:-1]).sum() + (s[0] < 65536.0))
 
 
+def rank_slice(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's contiguous share of the global batch: rows rank*B/world up to (rank+1)*B/world."""
+    share = batch[0].size(0) // world
+    return tuple(t[rank * share : (rank + 1) * share] for t in batch)  # type: ignore[return-value]
+
+
 def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
           progress: str | None, on_step: Callable[[], None] | None) -> None:
     device = run.device
     settings = run.settings
     stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, p.seed)
+    rank, world = (dist.rank(), dist.world_size()) if dist.active() else (0, 1)
     clock = harness.StepClock(device)
     reader = LossReader(device)
     neighbours = harness.Neighbours(device)
@@ -194,7 +208,7 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
         lr = lr_at(step, steps, p)
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        x, y = to_device(stream.next(), device)
+        x, y = to_device(rank_slice(stream.next(), rank, world), device)
         clock.start()
         loss = train_step(run, x, y, p.train.grad_clip, settings.grad_accum)
         clock.stop()
@@ -239,7 +253,10 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
     `keep_going` records a library error as status `error` instead of raising it (the matrix's variants).
     """
-    rec = RunRecord(status="ok", warmup_steps=warmup)
+    rec = RunRecord(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
+    if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
+        raise LabError(f"batch_size={p.batch_size(settings)} does not split over {rec.world_size} ranks x "
+                       f"grad_accum={settings.grad_accum}; pick a global batch that is a multiple of {rec.world_size * settings.grad_accum}")
     check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
     check_fits(data.val, p.train.block_size, "validation")
     run: TrainingRun | None = None
@@ -267,24 +284,77 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     return rec
 
 
-def repeat_in_fresh_process(argv: list[str]) -> RunRecord:
-    """Run one repeat as `python <argv> --record-to FILE` in a new process and read back its RunRecord.
+def _peak_mb(rec: RunRecord) -> float | None:
+    return rec.memory.get("peak_mem_allocated_mb") or rec.memory.get("peak_rss_mb")
 
-    The child is the same stage in its repeat mode; a failure there (a LabError,
-    a crash, a stop) fails this stage with the child's last words.
+
+def combine_ranks(records: list[RunRecord]) -> RunRecord:
+    """One run's record from its ranks' (rank order): the slowest rank's time per step, the mean loss per step,
+    the highest memory peaks; rank 0's validation loss (every rank evaluates the same batches)."""
+    first = records[0]
+    failed = next((r for r in records if r.status != "ok"), None)
+    if failed is not None:
+        return failed
+    out = RunRecord(**{f.name: getattr(first, f.name) for f in fields(RunRecord) if f.name != "run"})
+    out.world_size = len(records)
+    out.step_ms = [max(times) for times in zip(*(r.step_ms for r in records))]
+    out.losses = [float(np.mean(values)) for values in zip(*(r.losses for r in records))]
+    out.first_step_ms = out.step_ms[0] if out.step_ms else None
+    for key in ("warmup_s", "window_wall_ms", "mem_growth_mb"):
+        values = [getattr(r, key) for r in records if getattr(r, key) is not None]
+        setattr(out, key, max(values) if values else None)
+    out.memory = {k: max((r.memory[k] for r in records if r.memory.get(k) is not None), default=None)
+                  for k in first.memory}
+    out.rank_peak_mb = [_peak_mb(r) or 0.0 for r in records]
+    return out
+
+
+def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) -> RunRecord:
+    """Run one repeat as `python -m <module_args> --record-to FILE` in a new process and read back its RunRecord.
+
+    With `nproc`, torchrun starts the module on that many ranks per node (`dist.torchrun_argv`) and the
+    first rank of this node writes the ranks' combined record. The child is the same stage in its repeat
+    mode; a failure there (a LabError, a crash, a stop) fails this stage with the child's last words,
+    and so does any rank's death under torchrun: its partners' timings would be of a broken job.
     """
     with tempfile.TemporaryDirectory(prefix="benchlab-repeat-") as tmp:
         out = Path(tmp) / "record.json"
-        proc = subprocess.run([sys.executable, *argv, "--record-to", str(out)], stdout=None,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        cmd = dist.torchrun_argv(nproc, module_args) if nproc else [sys.executable, "-m", *module_args]
+        proc = subprocess.run([*cmd, "--record-to", str(out)], stdout=None, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=lifeline.die_with_parent)
         if proc.returncode == 0 and out.is_file():
             return RunRecord.from_json(out.read_text())
         sys.stderr.write(proc.stderr)
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        last = last_words(proc.stderr)
+        if nproc:
+            raise LabError(f"the {nproc}-rank torchrun job failed (exit {proc.returncode}): {last}; nothing recorded")
         if proc.returncode in (2, 130, 143):  # the user's error or a stop: this stage cannot go on either
             raise LabError(f"a repeat's process failed (exit {proc.returncode}): {last}")
         # A crash (a CUDA fault, a killed compiler worker) is this variant's result; the matrix goes on.
         return RunRecord(status="error", message=f"the repeat's process died (exit {proc.returncode}): {last[:300]}")
+
+
+def last_words(stderr: str) -> str:
+    """The line that says why a child failed: a stage's own `error:` line, else torchrun's note of the first
+    rank that failed (its partners were stopped because of it), else a stop, else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    if errors:
+        return errors[0].removeprefix("error: ")
+    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), 0)
+    fields_ = {}
+    for line in lines[root:]:  # torchrun's summary: "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 7)", ...
+        key, _, value = line.partition(":")
+        if key.strip() in ("rank", "exitcode", "traceback") and key.strip() not in fields_:
+            fields_[key.strip()] = value.strip()
+    if "rank" in fields_ and "exitcode" in fields_:
+        words = f"rank {fields_['rank']} ended with exit code {fields_['exitcode']}"
+        signal_name = fields_.get("traceback", "")
+        return words + (f" ({signal_name})" if signal_name.startswith("Signal") else "")
+    stops = [line for line in lines if line.startswith("stopped ")]
+    if stops:
+        return stops[0].removesuffix("; nothing recorded")
+    return lines[-1] if lines else "no message"
 
 
 def release(device: torch.device) -> None:

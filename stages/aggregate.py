@@ -10,7 +10,7 @@ from benchlab.plots import make_plots
 from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, summarize, to_csv
 
 # The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.
-SUMMARY_KEYS = ("tokens_per_sec", "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb",
+SUMMARY_KEYS = ("tokens_per_sec", "tokens_per_sec_per_gpu", "scaling_efficiency_pct", "val_loss_gap_1proc", "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb",
                 "peak_mem_reserved_mb", "peak_rss_mb", "mem_change_pct", "mfu_pct", "val_loss")
 
 

@@ -9,13 +9,21 @@ A variant that the device cannot run is recorded as `skipped` with the
 reason, one that runs out of memory as `oom`, one whose loss turns NaN or Inf
 as `diverged`; each still writes its result so the matrix goes on. With
 `bench.repeats` above one, every repeat runs in a fresh process.
+
+A `parallel` variant (ddp, fsdp2) runs every repeat under torchrun, PyTorch's
+own launcher: `python -m torch.distributed.run --standalone
+--nproc_per_node=N -m stages.bench --variant NAME ... --record-to FILE`.
+The ranks train on their slices of the same global batch, gather their
+records, and the first rank (of each node) writes the combined one for this
+process, which keeps the device lock and writes the result. A rank that dies
+fails the stage with nothing recorded.
 """
 
 import argparse
 import os
 from pathlib import Path
 
-from benchlab import devlock
+from benchlab import devlock, dist
 from benchlab.build import model_shape
 from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
@@ -24,7 +32,7 @@ from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, skipped_record, steps_csv
-from benchlab.runner import RunRecord, repeat_in_fresh_process, train_once
+from benchlab.runner import RunRecord, combine_ranks, repeat_in_fresh_process, train_once
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,14 +78,17 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
     `paths` are the stage's data, result and steps arguments, passed on to each repeat's process.
     """
     runs: list[RunRecord] = []
+    settings = p.variants[name]
     for i in range(p.bench.repeats):
         label = f"bench@{name} {i + 1}/{p.bench.repeats}"
-        if p.bench.repeats == 1:
+        if settings.parallel != "none":
+            rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths], nproc=settings.nproc)
+        elif p.bench.repeats == 1:
             device = resolve_device(p.device)
             rec = train_once(p, p.variants[name], load_tokens(paths[0]), device, p.bench.steps, p.bench.warmup_steps,
                              progress=label, keep_going=True)
         else:
-            rec = repeat_in_fresh_process(["-m", "stages.bench", "--variant", name, *paths])
+            rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths])
         runs.append(rec)
         print(f"{label}: {rec.status} {rec.message}".rstrip(), flush=True)
         if rec.status != "ok":
@@ -86,11 +97,22 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
 
 
 def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
-    """Repeat mode: one run of the variant, its record written for the parent stage to read."""
+    """Repeat mode: one run of the variant, its record written for the parent stage to read.
+
+    Under torchrun this is one rank: it joins the process group, trains on its slice, and the ranks'
+    records are gathered; only the first rank of each node writes the combined record.
+    """
     device = resolve_device(p.device)
-    rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,
-                     progress=f"bench@{name}", keep_going=True)
-    record_to.write_text(rec.to_json())
+    if dist.launched():
+        device = dist.init(device)
+    try:
+        rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,
+                         progress=f"bench@{name}" if dist.rank() == 0 else None, keep_going=True)
+        rec = combine_ranks(dist.gather(rec))
+    finally:
+        dist.teardown()
+    if dist.writes_record():
+        record_to.write_text(rec.to_json())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Each traced variant runs bench.warmup_steps untraced steps first (compilation
 and allocator warm-up stay out of the trace), then profile.steps traced ones.
 The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
+A `parallel` variant is traced under torchrun, as bench runs it: every rank
+is profiled (their collectives wait on each other), rank 0 writes the trace
+and the table, whose `communication` family holds the NCCL kernels.
 """
 
 import argparse
@@ -10,18 +13,23 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
+from contextlib import nullcontext
 from pathlib import Path
+
+import torch
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from benchlab import devlock
+from benchlab import devlock, dist, lifeline
 from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.errors import LabError, run_main
 from benchlab.io import atomic_path, remove_outputs, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.profiling import kernel_markdown, kernel_summary
-from benchlab.runner import train_once
+from benchlab.runner import last_words, train_once
 
 
 def cpu_ops_markdown(prof: profile, steps: int, rows: int = 25) -> str:
@@ -45,14 +53,41 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
         with atomic_path(out_dir / f"{name}_trace.json.gz") as tmp, gzip.open(tmp, "wt") as f:
             f.write('{"traceEvents": []}')
         return
+    if settings.parallel != "none" and not dist.launched():
+        with devlock.device_lock(device, p.bench.lock, f"profile@{name}"):
+            on_ranks(settings.nproc, ["stages.profile", "--variant", name, data_dir, str(out_dir)])
+        return
+    if dist.launched():
+        device = dist.init(device)
+    try:
+        traced(p, name, data_dir, out_dir, device)
+    finally:
+        dist.teardown()
+
+
+def on_ranks(nproc: int, module_args: list[str]) -> None:
+    """Run the stage's module on `nproc` ranks under torchrun; a failed rank fails this stage."""
+    proc = subprocess.run(dist.torchrun_argv(nproc, module_args), stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lifeline.die_with_parent)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise LabError(f"the {nproc}-rank torchrun job failed (exit {proc.returncode}): {last_words(proc.stderr)}")
+
+
+def traced(p: Params, name: str, data_dir: str, out_dir: Path, device: "torch.device") -> None:
+    """Trace this process's run (one rank's under torchrun); the first rank writes the outputs."""
+    settings = p.variants[name]
     data = load_tokens(data_dir)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     warm, active = p.bench.warmup_steps, p.profile.steps
-    with devlock.device_lock(device, p.bench.lock, f"profile@{name}"), \
-            profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
-        rec = train_once(p, settings, data, device, warm + active, warm, progress=f"profile@{name}", on_step=prof.step)
+    lock = nullcontext() if dist.launched() else devlock.device_lock(device, p.bench.lock, f"profile@{name}")
+    with lock, profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
+        rec = train_once(p, settings, data, device, warm + active, warm, on_step=prof.step,
+                         progress=f"profile@{name}" if dist.rank() == 0 else None)
     if rec.status != "ok":
         raise LabError(f"profile@{name}: the run ended {rec.status}: {rec.message}")
+    if not dist.writes_record():
+        return
     raw = out_dir / f".{name}_trace.json"
     prof.export_chrome_trace(str(raw))
     events = json.loads(raw.read_text())["traceEvents"]
@@ -81,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     remove_outputs(*outputs)
     out.mkdir(parents=True, exist_ok=True)
     trace_variant(p, name, args.data_dir, out)
-    print(f"profile@{name}: {outputs[0]}")
+    if not dist.launched():
+        print(f"profile@{name}: {outputs[0]}")
 
 
 if __name__ == "__main__":

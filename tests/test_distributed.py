@@ -1,0 +1,213 @@
+"""Data parallelism on CPU: two gloo ranks under torchrun against one process, at the same global batch."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from benchlab.config import DeviceFacts, RunSettings, parse_params, unsupported_reason
+from benchlab.errors import LabError, run_main
+from benchlab.report import scaling
+from benchlab.runner import RunRecord, combine_ranks, last_words, rank_slice
+from stages import bench, env
+from tests.conftest import ROOT, micro_params
+
+# Gloo on a CPU sums in another order than one process: equal to float32 rounding.
+LOSS_TOL = 1e-4
+
+
+def write_params(root: Path, variants: dict, **overrides: object) -> None:
+    data = micro_params(data__corpus="corpus.txt", **overrides)
+    data["variants"] = {"fp32_baseline": {}, **variants}
+    data["profile"]["variants"] = []
+    (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture()
+def dist_workdir(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The workdir with tokens, where torchrun's ranks can import the project and take the CPU lock."""
+    shutil.copytree(prepared, workdir / "prep")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(workdir))
+    return workdir
+
+
+def losses(steps_csv: Path) -> list[float]:
+    with steps_csv.open() as f:
+        return [float(row["loss"]) for row in csv.DictReader(f)]
+
+
+# --- knobs and combinations (fast) ---
+
+def test_parallel_none_takes_one_process_and_says_which_key() -> None:
+    data = micro_params()
+    data["variants"]["odd"] = {"nproc": 2}
+    with pytest.raises(LabError, match=r"variants.odd.nproc=2 is not valid; expected 1 with parallel=none"):
+        parse_params(data)
+    data["variants"]["odd"] = {"parallel": "ddp", "nproc": 3}  # 3 ranks cannot split the batch of 4
+    with pytest.raises(LabError, match=r"variants.odd.nproc=3 is not valid; .*divides the global batch size 4"):
+        parse_params(data)
+    data["variants"]["odd"] = {"parallel": "ddp", "fsdp_param_dtype": "bf16"}
+    with pytest.raises(LabError, match=r"variants.odd.parallel='ddp' is not valid; expected fsdp2 when"):
+        parse_params(data)
+
+
+def test_more_ranks_than_gpus_or_cores_is_skipped_with_the_reason() -> None:
+    two = RunSettings(parallel="ddp", nproc=2)
+    gpu = DeviceFacts(kind="cuda", name="H200", capability=(9, 0), bf16=True, gpu_count=1)
+    assert unsupported_reason(two, gpu) == "nproc=2 asks for 2 GPUs per node; this machine has 1"
+    assert unsupported_reason(two, DeviceFacts(kind="cuda", capability=(9, 0), gpu_count=2)) is None
+    assert "of 1 cores" in unsupported_reason(two, DeviceFacts(kind="cpu", cpu_count=1))
+    assert unsupported_reason(two, DeviceFacts(kind="cpu", cpu_count=2)) is None
+
+
+def test_a_wrong_nproc_gets_the_one_line_error(dist_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_params(dist_workdir, {"bad": {"parallel": "fsdp2", "nproc": 0}})
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(env.main, ["metrics/env.json"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: variants.bad.nproc=0 is not valid; expected 1 or more", err
+    assert not (dist_workdir / "metrics" / "env.json").exists()
+
+
+def test_ranks_slice_one_global_batch_and_combine_by_the_slowest() -> None:
+    x = torch.arange(8).view(4, 2)
+    parts = [rank_slice((x, x + 1), r, 2)[0] for r in range(2)]
+    assert torch.equal(torch.cat(parts), x)
+    a = RunRecord(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0)
+    b = RunRecord(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0)
+    both = combine_ranks([a, b])
+    assert both.step_ms == [10.0, 7.0] and both.losses == [3.0, 2.0] and both.world_size == 2
+    assert both.memory["peak_rss_mb"] == 120.0 and both.rank_peak_mb == [100.0, 120.0]
+
+
+def test_torchrun_failure_summary_names_the_rank() -> None:
+    summary = ("Root Cause (first observed failure):\n[0]:\n  time : x\n  host : h\n"
+               "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 42)\n  error_file: <N/A>\n=====\n")
+    assert last_words(summary) == "rank 1 (local_rank: 1) ended with exit code -9 (pid: 42)"
+    assert last_words("noise\nerror: batch_size=3 does not split\n=====") == "batch_size=3 does not split"
+
+
+def test_scaling_efficiency_and_loss_gap_against_one_process() -> None:
+    one = {"variant": "one", "status": "ok", "batch_size": 16, "tokens_per_sec": 100.0, "val_loss": 3.0}
+    one_32 = {**one, "variant": "one_32", "batch_size": 32, "tokens_per_sec": 110.0, "val_loss": 2.9}
+    two = {**one, "variant": "two", "parallel": "ddp", "nproc": 2, "world_size": 2, "batch_size": 32,
+           "tokens_per_sec": 190.0, "val_loss": 2.91}
+    out = scaling(two, [one, one_32, two])
+    assert out["scaling_efficiency_pct"] == pytest.approx(95.0)  # against 16 per rank on one process
+    assert out["scaling_ref"] == "one (same per-rank batch)"
+    assert out["val_loss_gap_1proc"] == pytest.approx(0.01)  # against the same global batch
+    assert scaling(one, [one, two])["scaling_efficiency_pct"] is None
+
+
+# --- two gloo ranks under torchrun ---
+
+def test_two_ranks_train_as_one_process_and_rank_0_alone_writes(dist_workdir: Path) -> None:
+    variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "fsdp2_2": {"parallel": "fsdp2", "nproc": 2}}
+    write_params(dist_workdir, variants)
+    for name in ("fp32_baseline", *variants):
+        run_main(bench.main, ["--variant", name, "prep", "results", "steps"])
+    one = json.loads((dist_workdir / "results" / "fp32_baseline.json").read_text())
+    for name in variants:
+        rec = json.loads((dist_workdir / "results" / f"{name}.json").read_text())
+        assert rec["status"] == "ok" and rec["world_size"] == 2, rec.get("message")
+        assert rec["val_loss"] == pytest.approx(one["val_loss"], abs=LOSS_TOL)
+        assert losses(dist_workdir / "steps" / f"{name}.csv") == pytest.approx(
+            losses(dist_workdir / "steps" / "fp32_baseline.csv"), abs=LOSS_TOL)
+        assert rec["tokens_per_sec_per_gpu"] == pytest.approx(rec["tokens_per_sec"] / 2)
+        assert len(rec["peak_mem_per_rank_mb"]) == 2
+    # One result and one step file per variant, no second writer's copies or temporaries.
+    assert sorted(p.name for p in (dist_workdir / "results").iterdir()) == sorted(f"{n}.json" for n in ["fp32_baseline", *variants])
+    assert sorted(p.name for p in (dist_workdir / "steps").iterdir()) == sorted(f"{n}.csv" for n in ["fp32_baseline", *variants])
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _rank_of(pid: int) -> str | None:
+    try:
+        env_vars = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((v.split(b"=", 1)[1].decode() for v in env_vars if v.startswith(b"RANK=")), None)
+
+
+def test_a_rank_that_dies_fails_the_stage_with_nothing_recorded(dist_workdir: Path) -> None:
+    write_params(dist_workdir, {"ddp_2": {"parallel": "ddp", "nproc": 2}}, bench__steps=100000)
+    proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--variant", "ddp_2", "prep", "results", "steps"],
+                            cwd=dist_workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        seen = ""
+        while "%|" not in seen:  # rank 0's progress bar: the ranks are training
+            char = proc.stdout.read(1)
+            assert char, "the stage ended before training"
+            seen += char
+        time.sleep(1.0)
+        ranks = [pid for launcher in _children(proc.pid) for pid in _children(launcher)]
+        victim = next(pid for pid in ranks if _rank_of(pid) == "1")
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: the 2-rank torchrun job failed") and "nothing recorded" in last, last
+    assert "rank 1 (local_rank: 1) ended with exit code -9" in last, last
+    assert not (dist_workdir / "results" / "ddp_2.json").exists()
+    assert not (dist_workdir / "steps" / "ddp_2.csv").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_by_c10d_rendezvous_match_one_node_with_two_ranks(dist_workdir: Path) -> None:
+    variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "ddp_1x2": {"parallel": "ddp", "nproc": 1}}
+    write_params(dist_workdir, variants)
+    run_main(bench.main, ["--variant", "ddp_2", "prep", "results", "steps"])
+    endpoint = f"127.0.0.1:{_free_port()}"
+    nodes = []
+    for node in range(2):
+        node_env = {**os.environ, "BENCHLAB_NNODES": "2", "BENCHLAB_NODE_RANK": str(node),
+                    "BENCHLAB_RDZV_ENDPOINT": endpoint, "BENCHLAB_RDZV_ID": f"test{os.getpid()}",
+                    "BENCHLAB_LOCK_DIR": str(dist_workdir / f"lock{node}")}  # two "machines": a lock each
+        (dist_workdir / f"lock{node}").mkdir()
+        cmd = [sys.executable, "-m", "stages.bench", "--variant", "ddp_1x2", "prep", f"results{node}", f"steps{node}"]
+        nodes.append(subprocess.Popen(cmd, cwd=dist_workdir, env=node_env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for node in nodes:
+        out, _ = node.communicate(timeout=300)
+        assert node.returncode == 0, out
+    standalone = json.loads((dist_workdir / "results" / "ddp_2.json").read_text())
+    for node in range(2):  # each node's first rank writes that node's copy of the gathered record
+        rec = json.loads((dist_workdir / f"results{node}" / "ddp_1x2.json").read_text())
+        assert rec["status"] == "ok" and rec["world_size"] == 2
+        assert rec["val_loss"] == pytest.approx(standalone["val_loss"], abs=LOSS_TOL)
+        assert losses(dist_workdir / f"steps{node}" / "ddp_1x2.csv") == pytest.approx(
+            losses(dist_workdir / "steps" / "ddp_2.csv"), abs=LOSS_TOL)
