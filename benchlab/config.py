@@ -66,6 +66,7 @@ def knob(default: Any, doc: str, applied: str, skip: SkipCheck | None = None) ->
 
 
 def _precision_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """fp16, tf32: on CPU; bf16: GPUs without bf16; tf32: GPUs before Ampere."""
     if d.kind == "cpu":
         if value == "fp16":
             return "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
@@ -81,6 +82,7 @@ def _precision_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _compile_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """CPU without a C++ compiler; CUDA without triton."""
     if not value:
         return None
     if d.kind == "cpu" and not d.cxx:
@@ -91,12 +93,14 @@ def _compile_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _compile_mode_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """reduce-overhead, max-autotune-no-cudagraphs: on CPU."""
     if value != "default" and d.kind == "cpu":
         return f"compile_mode={value} tunes or graphs CUDA kernels; on CPU use compile_mode=default"
     return None
 
 
 def _fp8_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """CPU; GPUs before compute capability 8.9; without torchao."""
     if not value:
         return None
     if d.kind == "cpu":
@@ -109,6 +113,7 @@ def _fp8_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """fused: on CPU, and without liger-kernel."""
     if value != "fused":
         return None
     if d.kind == "cpu":
@@ -119,6 +124,7 @@ def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """more processes than GPUs (CUDA) or cores (CPU)."""
     if value == 1:  # one process runs wherever the device does
         return None
     if d.kind == "cuda" and value > d.gpu_count:
@@ -129,6 +135,7 @@ def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _param_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """bf16: GPUs without bf16."""
     if value == "bf16" and d.kind == "cuda" and not d.bf16:
         return f"fsdp_param_dtype=bf16 needs an Ampere or newer GPU; {d.name} has no bf16"
     return None

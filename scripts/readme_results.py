@@ -9,9 +9,13 @@ Each section sits between `<!-- results:NAME -->` and `<!-- /results:NAME -->`.
 import json
 import re
 import sys
+from dataclasses import MISSING, fields
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchlab.config import RunSettings  # noqa: E402  (the knob table lives there)
 
 
 def load(path: str) -> dict:
@@ -89,7 +93,7 @@ def repeats_section() -> str:
 
 def cpu_section() -> str:
     summary = (ROOT / "metrics/summary.md").read_text().strip()
-    ev, tr = load("metrics/eval.json"), load("metrics/train.json")
+    ev, tr = load("metrics/eval.json"), load("metrics/records/train.json")
     return "\n".join([
         f"The default `dvc repro` on this repository's CPU machine (`metrics/`): the `{tr['model']}` model trained "
         f"{tr['params.train.steps']} steps reaches validation loss {ev['val_loss']:.3f} (perplexity {ev['val_perplexity']:.0f}) "
@@ -99,7 +103,85 @@ def cpu_section() -> str:
     ])
 
 
-SECTIONS = {"h200": h200_section, "h200-repeats": repeats_section, "cpu": cpu_section}
+def knobs_section() -> str:
+    """The knob table of the README, one row per field of RunSettings."""
+    hints = get_type_hints(RunSettings)
+    rows = ["| knob | values | default | what it does | applied at (benchlab/optimize.py order) | skipped where |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for f in fields(RunSettings):
+        choices = get_args(hints[f.name])
+        values = " \\| ".join(f"`{c}`" for c in choices if c is not type(None)) if choices else hints[f.name].__name__
+        if hints[f.name] is bool:
+            values = "`true` \\| `false`"
+        elif set(choices) == {int, type(None)}:
+            values = "integer or unset"
+        default = f.default if f.default is not MISSING else "–"
+        default = {True: "true", False: "false", None: "unset"}.get(default, default) if isinstance(default, (bool, type(None))) else default
+        skip = f.metadata["skip"]
+        where = (skip.__doc__ or "").strip() if skip else "runs everywhere"
+        rows.append(f"| `{f.name}` | {values} | `{default}` | {f.metadata['doc']} | {f.metadata['applied']} | {where} |")
+    return "\n".join(rows)
+
+
+KNOB_RUNS = ["results/h200-knobs/recipe-lean", "results/h200-knobs/knobs-a", "results/h200-knobs/knobs-b"]
+KNOB_ORDER = ["recipe", "ckpt_selective", "ckpt_full", "loss_chunked", "loss_fused", "cuda_graphs", "fp8", "accum_4",
+              "lean", "batch_512"]
+FP32_PEAK_MB = ("results/h200/metrics/variants/fp32_baseline.json", "peak_mem_allocated_mb")
+
+
+def knob_rows() -> dict[str, dict]:
+    found = {}
+    for run in KNOB_RUNS:
+        for path in sorted((ROOT / run / "metrics/variants").glob("*.json")):
+            found[path.stem] = {**json.loads(path.read_text()), "run": run.rsplit("/", 1)[1]}
+    return found
+
+
+def h200_knobs_section() -> str:
+    rows = knob_rows()
+    recipe = rows["recipe"]
+    fp32_peak = load(FP32_PEAK_MB[0])[FP32_PEAK_MB[1]]
+    table = ["| variant | run | repeats | status | tokens/s | next run 95% | vs recipe | wall tokens/s | step ms median | p90 "
+             "| peak alloc MiB | peak reserved MiB | vs fp32 peak % | val loss |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in KNOB_ORDER:
+        r = rows.get(name)
+        if r is None:
+            continue
+        if r["status"] != "ok":
+            table.append(f"| {name} | {r['run']} | – | {r['status']}: {r['message'][:70]} | – | – | – | – | – | – | – | – | – | – |")
+            continue
+        pi = (f"{r['tokens_per_sec_pi95_low']:,.0f} to {r['tokens_per_sec_pi95_high']:,.0f}"
+              if r.get("tokens_per_sec_pi95_low") else "–")
+        alloc = f"{r['peak_mem_allocated_mb']:,.0f}" + ("" if r.get("peak_mem_allocated_comparable", True) else " (misses graph pools)")
+        mem = r["peak_mem_reserved_mb"] if not r.get("peak_mem_allocated_comparable", True) else r["peak_mem_allocated_mb"]
+        table.append(
+            f"| {name} | {r['run']} | {r['repeats']} | ok | {r['tokens_per_sec']:,.0f} | {pi} | "
+            f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.3f} | {r['tokens_per_sec_wall']:,.0f} | "
+            f"{r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | {alloc} | {r['peak_mem_reserved_mb']:,.0f} | "
+            f"{100 * mem / fp32_peak:.1f} | {r['val_loss']:.4f} |")
+    env = load(f"{KNOB_RUNS[0]}/metrics/env.json")
+    lean = rows["lean"]
+    return "\n".join([
+        f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']} tokens (variants' own batch where named), "
+        f"{recipe['steps']} steps per run of which {recipe['warmup_steps']} are warm-up; on {env['gpu']} "
+        f"(driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}), {recipe['provenance.date_utc'][:10]}, "
+        f"source `{recipe['provenance.source_sha256'][:12]}` in every row (files: `results/h200-knobs/`). "
+        "Three DVC runs in one session on one machine: `recipe-lean` with 3 fresh-process repeats, `knobs-a` and "
+        "`knobs-b` with one run each, so their ratio to the recipe crosses runs (minutes apart); "
+        "memory is compared with the fp32 baseline's 32,611 MiB of `results/h200/` (same machine type).",
+        "",
+        *table,
+        "",
+        f"`lean` ({lean['tokens_per_sec'] / recipe['tokens_per_sec']:.1%} of the recipe's tokens/s, "
+        f"{100 * lean['peak_mem_allocated_mb'] / fp32_peak:.1f}% of the fp32 baseline's peak) misses both of its bars "
+        "(85% and 10%); no knob beat the recipe at batch 16, so there is no `fastest` result yet (its run was cut "
+        "by the session's device time).",
+    ])
+
+
+SECTIONS = {"knobs": knobs_section, "h200-knobs": h200_knobs_section, "h200": h200_section,
+            "h200-repeats": repeats_section, "cpu": cpu_section}
 
 
 def render(readme: str) -> str:

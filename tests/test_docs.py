@@ -17,11 +17,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci/run").read_text()
     assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    assert "python -m pytest -q -m slow" in ci  # the long checks the README's command leaves out
     assert "pip install -r requirements-test.txt" in readme and "-r requirements-test.txt" in ci
 
 
 def test_every_result_folder_names_its_machine() -> None:
-    for env_file in Path(ROOT / "results").glob("*/metrics/env.json"):
+    env_files = list(Path(ROOT / "results").glob("**/metrics/env.json"))
+    assert len(env_files) >= 5  # h200, h200-repeats and the three runs of h200-knobs
+    for env_file in env_files:
         assert '"gpu": "NVIDIA H200"' in env_file.read_text(), env_file
 
 
