@@ -79,8 +79,9 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
     """
     runs: list[RunRecord] = []
     settings = p.variants[name]
+    place = f"variant {list(p.variants).index(name) + 1} of {len(p.variants)}"  # the matrix's progress
     for i in range(p.bench.repeats):
-        label = f"bench@{name} {i + 1}/{p.bench.repeats}"
+        label = f"bench@{name} ({place}) repeat {i + 1}/{p.bench.repeats}"
         if settings.parallel != "none":
             rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths], nproc=settings.nproc)
         elif p.bench.repeats == 1:

@@ -20,6 +20,9 @@ import yaml
 
 from tests.conftest import ROOT, micro_params
 
+# One xdist worker runs this whole module, so its DVC repository is built once.
+pytestmark = pytest.mark.xdist_group("e2e")
+
 COPY = ["dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", ".dvc/plots", "stages", "benchlab", "model"]
 
 # Names a hostile params.yaml could give a variant: each would run `touch PWNED`

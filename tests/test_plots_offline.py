@@ -216,6 +216,10 @@ def tiny_repo(repo: Path) -> None:
     )
 
 
+# One xdist worker runs this module, so the browser renders the pages once.
+pytestmark = pytest.mark.xdist_group("browser")
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Page, list[str]]]:
     """The tiny repo's page built with our template and with dvc's default one, each loaded offline."""
