@@ -272,7 +272,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
         rec.status = "oom"
         rec.message = f"out of memory at batch size {p.batch_size(settings)}: {str(err).splitlines()[0]}"
     except Exception as err:  # noqa: BLE001 - recorded, not swallowed: the row shows it
-        if not keep_going or isinstance(err, LabError):
+        if not keep_going or isinstance(err, (LabError, lifeline.Stopped)):
             raise
         # A library's kernel or compiler failing on this knob (torchao, liger, inductor) is a result
         # of the matrix, recorded with its first line; the other variants still run.

@@ -139,3 +139,21 @@ def test_ctrl_c_or_sigterm_ends_a_stage_with_one_line_and_nothing_recorded(workd
     last = err.strip().splitlines()[-1]
     assert last.startswith("stopped by the user at step ") and last.endswith("; nothing recorded"), err
     assert not any((workdir / f).exists() for f in ("model.pt", "train.json", "record.json", "steps.csv"))
+
+
+def test_a_stop_is_never_recorded_as_a_variant_error(params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.runner import train_once
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise lifeline.Stopped("the process that started this stage exited")
+
+    monkeypatch.setattr("benchlab.runner.train_step", stopped)
+    with pytest.raises(lifeline.Stopped):
+        train_once(params, params.variants["fp32_baseline"], tokens, CPU, steps=4, warmup=2, keep_going=True)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a library kernel failed")
+
+    monkeypatch.setattr("benchlab.runner.train_step", broken)
+    rec = train_once(params, params.variants["fp32_baseline"], tokens, CPU, steps=4, warmup=2, keep_going=True)
+    assert rec.status == "error" and rec.message == "RuntimeError: a library kernel failed"
