@@ -25,7 +25,6 @@ import gzip
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
