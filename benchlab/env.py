@@ -9,6 +9,7 @@ and software. `provenance()` adds what identifies one run (commit, date).
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,6 +66,8 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cpu_bf16_native": cpu_bf16_native(),
+        # torch.compile on a CPU builds C++ with this compiler; without one, compiled variants are skipped.
+        "cxx_compiler": shutil.which(os.environ.get("CXX", "g++")),
         "cuda_available": torch.cuda.is_available(),
         "cuda": torch.version.cuda,
         "gpu": None, "gpu_count": 0, "gpu_capability": None, "driver": None, "cudnn": None,
