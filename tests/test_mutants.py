@@ -13,7 +13,6 @@ from benchlab.errors import LabError
 from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv
 from tests.test_report import result
 
-
 # --- report: the table's rows, notes and scaling -------------------------------------------------------------
 
 def test_every_warning_reads_exactly_and_boundaries_are_inclusive() -> None:
@@ -160,7 +159,7 @@ def test_touching_intervals_are_not_separated_in_either_order() -> None:
 
 def _gpu_runs() -> list:
     from benchlab.runner import RunRecord
-    common = dict(status="ok", lrs=[1e-3] * 5, warmup_steps=1, world_size=2)
+    common = {"status": "ok", "lrs": [1e-3] * 5, "warmup_steps": 1, "world_size": 2}
     r1 = RunRecord(**common, losses=[6, 5, 4, 3, 2.5], step_ms=[50, 10, 10, 10, 10], warmup_s=0.05, first_step_ms=50.0,
                    window_wall_ms=50.0, memory={"peak_mem_allocated_mb": 500.0, "peak_mem_reserved_mb": 600.0},
                    skipped_steps=0, val_loss=3.0, rank_peak_mb=[100.0, 90.0],
@@ -476,3 +475,165 @@ def test_load_params_reads_a_file_and_names_the_bad_line(tmp_path: Path) -> None
         load_params(bad)
     assert str(err.value).startswith(f"{bad} is not valid YAML: ") and str(err.value).endswith("; fix that line")
     assert "at line 3, column 1" in str(err.value)
+
+
+# --- second round: what the first round's survivors still showed ------------------------------------------------
+
+def test_rows_without_optional_keys_read_as_no_warning_and_no_note() -> None:
+    old = result("old_record", 100.0, 5.0, 1.0)
+    del old["steady_state_ok"]  # records from before the steady-state check
+    rows = summarize([result("fp32_baseline", 100.0, 5.0, 1.0), old, {"variant": "bare", "status": "skipped"}],
+                     "fp32_baseline", 0.1)
+    assert rows[1]["notes"] == "" and rows[2]["notes"] == ""
+    table = markdown(rows, {})
+    assert table.splitlines()[-1].startswith("| bare ") and "| –" in table  # a figure not measured is a dash
+    both_bf16 = [result("one", 100.0, 5.0, 1.0, precision="bf16"),
+                 result("ddp", 150.0, 5.0, 1.0, precision="bf16", world_size=2, parallel="ddp", nproc=2)]
+    assert summarize(both_bf16, "one", 0.1)[1]["scaling_ref"] == "one (same global batch)"
+
+
+def test_source_groups_are_listed_with_commas() -> None:
+    src = "provenance.source_sha256"
+    rows = [result("a", 1, 1, 1, **{src: "0123456789abcdef"}), result("c", 1, 1, 1, **{src: "fedcba9876543210"})]
+    with pytest.raises(LabError) as err:
+        check_one_source(rows, allow_mixed=False)
+    assert str(err.value).split(" (")[1].split(")")[0] in ("0123456789ab: a, fedcba987654: c",
+                                                           "fedcba987654: c, 0123456789ab: a")
+
+
+def test_base_record_batch_falls_back_to_train_batch_size() -> None:
+    from benchlab.config import RunSettings, parse_params
+    from benchlab.results import base_record
+    from tests.conftest import micro_params
+    rec = base_record("plain", parse_params(micro_params()), RunSettings(), "cpu", {}, {})
+    assert rec["batch_size"] == 4 and rec["tokens_per_step"] == 4 * 32
+
+
+def test_unknown_gpu_processes_stay_unknown() -> None:
+    from benchlab.results import neighbours
+    from benchlab.runner import RunRecord
+    run = RunRecord(status="ok", neighbours={"other_gpu_processes": None, "cpu_busy_others_pct": 1.0,
+                                             "cpu_busy_ours_pct": 1.0})
+    assert neighbours([run])["other_gpu_processes"] is None  # not [] (none seen): nvidia-smi could not tell
+
+
+class _FakeTime:
+    """perf_counter and process_time read from lists, for exact busy shares and step times."""
+
+    def __init__(self, perf: list[float], process: list[float]) -> None:
+        self._perf, self._process = iter(perf), iter(process)
+
+    def perf_counter(self) -> float:
+        return next(self._perf)
+
+    def process_time(self) -> float:
+        return next(self._process)
+
+
+def test_cpu_clock_and_busy_shares_with_a_fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from benchlab import harness
+    monkeypatch.setattr(harness, "time", _FakeTime([1.0, 1.25], []))
+    clock = harness.StepClock(torch.device("cpu"))
+    clock.start()
+    clock.stop()
+    assert clock.times_ms() == [250.0]
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
+    monkeypatch.setattr(harness.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))  # 1 s of CPU over 2 s on 2 cores
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish() == {"other_gpu_processes": None, "cpu_busy_pct": 80.0, "cpu_busy_ours_pct": 25.0,
+                          "cpu_busy_others_pct": 55.0}
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness.os, "cpu_count", lambda: None)  # unknown: count one core
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish()["cpu_busy_ours_pct"] == 50.0
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 10.0], [5.0, 6.0]))  # no wall time: no share
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish()["cpu_busy_ours_pct"] == 0.0
+
+
+def test_proc_stat_and_rusage_are_read_in_their_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import types
+
+    import torch
+
+    from benchlab import harness
+
+    def fake_open(path):
+        assert path == "/proc/stat"
+        return io.StringIO("cpu  10 20 30 40 50\n")
+
+    monkeypatch.setattr(harness, "open", fake_open, raising=False)
+    assert harness._cpu_jiffies() == (60, 150)  # idle 40 + iowait 50
+    monkeypatch.setattr(harness.resource, "getrusage", lambda who: types.SimpleNamespace(ru_maxrss=3072))
+    assert harness.peaks(torch.device("cpu"))["peak_rss_mb"] == 3.0  # KiB on Linux
+
+
+BAD_PARAMS = [  # (override, the exact message); each check's first bad value next to its last good one
+    ({"data__vocab_size": 256}, "data.vocab_size=256 is not valid; expected at least 257 (256 bytes + end-of-text)"),
+    ({"data__vocab_size": 2**32 + 1},
+     "data.vocab_size=4294967297 is not valid; expected at most 4294967296 (tokens are stored as uint32)"),
+    ({"data__val_fraction": 0.5}, "data.val_fraction=0.5 is not valid; expected between 0 and 0.5, exclusive"),
+    ({"data__val_fraction": 0.0}, "data.val_fraction=0.0 is not valid; expected between 0 and 0.5, exclusive"),
+    ({"data__tokenizer_sample_bytes": -1}, "data.tokenizer_sample_bytes=-1 is not valid; expected 0 (the whole "
+                                           "corpus) or a positive byte count such as 100000000"),
+    ({"data__text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
+    ({"data__eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
+    ({"train__batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
+    ({"train__block_size": 0}, "train.block_size=0 is not valid; expected a positive integer"),
+    ({"train__steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
+    ({"train__lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
+    ({"train__lr": 1e-3, "train__min_lr": 2e-3}, "train.min_lr=0.002 is not valid; expected between 0 and train.lr=0.001"),
+    ({"train__min_lr": -0.1}, None),  # the message names train.lr: checked above
+    ({"train__lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
+    ({"train__weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
+    ({"train__grad_clip": -1.0}, "train.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
+    ({"bench__warmup_steps": 0}, "bench.warmup_steps=0 is not valid; expected 1 or more"),
+    ({"bench__warmup_steps": 2, "bench__steps": 3},
+     "bench.steps=3 is not valid; expected at least bench.warmup_steps + 2 = 4, so that two or more steps are timed"),
+    ({"bench__repeats": 0}, "bench.repeats=0 is not valid; expected 1 or more"),
+    ({"bench__steady_tolerance": 0.0}, "bench.steady_tolerance=0.0 is not valid; expected a positive fraction"),
+    ({"eval__batches": 0}, "eval.batches=0 is not valid; expected a positive integer"),
+    ({"aggregate__loss_tolerance": 0.0}, "aggregate.loss_tolerance=0.0 is not valid; expected a positive number"),
+    ({"aggregate__repeat_tolerance": -0.01}, "aggregate.repeat_tolerance=-0.01 is not valid; expected 0 or more"),
+    ({"profile__steps": 0}, "profile.steps=0 is not valid; expected a positive integer"),
+]
+GOOD_PARAMS = [  # the last good value of each check above
+    {"data__vocab_size": 257}, {"data__vocab_size": 2**32}, {"data__val_fraction": 0.49}, {"data__val_fraction": 1e-9},
+    {"data__tokenizer_sample_bytes": 0}, {"train__batch_size": 1, "train__block_size": 1, "train__steps": 1},
+    {"train__lr": 1e-3, "train__min_lr": 1e-3}, {"train__min_lr": 0.0}, {"train__lr_warmup_steps": 0},
+    {"train__weight_decay": 0.0}, {"train__grad_clip": 0.0}, {"bench__warmup_steps": 1, "bench__steps": 3},
+    {"bench__repeats": 1}, {"eval__batches": 1}, {"aggregate__repeat_tolerance": 0.0}, {"profile__steps": 1},
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_PARAMS)
+def test_each_section_check_names_the_key_the_value_and_the_valid_ones(override: dict, message: str | None) -> None:
+    from benchlab.config import parse_params
+    from tests.conftest import micro_params
+    with pytest.raises(LabError) as err:
+        parse_params(micro_params(**override))
+    if message is not None:
+        assert str(err.value) == message
+
+
+@pytest.mark.parametrize("override", GOOD_PARAMS)
+def test_each_section_check_accepts_its_boundary(override: dict) -> None:
+    from benchlab.config import parse_params
+    from tests.conftest import micro_params
+    parse_params(micro_params(**override))
+
+
+def test_tf32_runs_on_ampere_exactly() -> None:
+    from benchlab.config import DeviceFacts, RunSettings, unsupported_reason
+    a100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True)
+    assert unsupported_reason(RunSettings(precision="tf32"), a100) is None
