@@ -584,8 +584,8 @@ BAD_PARAMS = [  # (override, the exact message); each check's first bad value ne
      "data.vocab_size=4294967297 is not valid; expected at most 4294967296 (tokens are stored as uint32)"),
     ({"data__val_fraction": 0.5}, "data.val_fraction=0.5 is not valid; expected between 0 and 0.5, exclusive"),
     ({"data__val_fraction": 0.0}, "data.val_fraction=0.0 is not valid; expected between 0 and 0.5, exclusive"),
-    ({"data__tokenizer_sample_bytes": -1}, "data.tokenizer_sample_bytes=-1 is not valid; expected 0 (the whole "
-                                           "corpus) or a positive byte count such as 100000000"),
+    ({"data__tokenizer_sample_bytes": -1}, ("data.tokenizer_sample_bytes=-1 is not valid; expected 0 (the whole "
+                                            "corpus) or a positive byte count such as 100000000")),
     ({"data__text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
     ({"data__eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
     ({"train__batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
