@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"env: {env['gpu'] or env['cpu']}, torch {env['torch']}, device {device.type}")
     if device.type == "cpu" and p.run.precision == "bf16" and not env["cpu_bf16_native"]:
         print("env: note: this CPU has no native bf16 (no AVX-512 BF16 or AMX); precision=bf16 is emulated here "
-              "and runs about 2-3x slower than fp32 (README: 'On a CPU')")
+              "and runs several times slower than fp32 (7x on a 2-core AMD EPYC; README: 'On a CPU')")
 
 
 if __name__ == "__main__":
