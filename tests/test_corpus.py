@@ -196,4 +196,4 @@ def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
         assert "prepare encode:" in stderr and "MB/s" in stderr and "s left" in stderr  # the progress line
     # Five times the text, the same memory (MiB): the whole-file code needed ~200 bytes a corpus byte (3 GB here).
     assert peaks[15_000_000] < peaks[3_000_000] + 40, peaks
-    assert peaks[15_000_000] < 600, peaks
+    assert peaks[15_000_000] < 1024, peaks  # torch and pyarrow imported alone take ~600 MiB in some venvs

@@ -42,6 +42,7 @@ def pipeline_params() -> dict:
         "ckpt_full": {"precision": "bf16", "attention": "sdpa", "activation_checkpointing": "full"},
         "loss_chunked": {"attention": "sdpa", "loss": "chunked", "batch_size": 4, "grad_accum": 2},
     }
+    data["profile"]["variants"] = ["recipe"]
     return data
 
 # Loaded into every Python process of the pipeline: any attempt to open an
@@ -110,7 +111,7 @@ def test_repro_produces_every_declared_output(repo: Path) -> None:
                 "metrics/eval.json", "metrics/summary.json", "metrics/summary.md", "plots/summary.csv",
                 "plots/summary/throughput.png", "plots/summary/memory.png", "plots/summary/step_times.png",
                 "plots/summary/loss_curves.png"]
-    expected += [f"plots/profiles/{v}_{kind}" for v in micro_params()["profile"]["variants"]
+    expected += [f"plots/profiles/{v}_{kind}" for v in pipeline_params()["profile"]["variants"]
                  for kind in ("kernels.md", "trace.json.gz")]
     expected += [f"metrics/variants/{v}.json" for v in variants] + [f"plots/steps/{v}.csv" for v in variants]
     missing = [p for p in expected if not (repo / p).is_file()]
