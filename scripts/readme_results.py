@@ -162,6 +162,16 @@ def h200_knobs_section() -> str:
             f"{100 * mem / fp32_peak:.1f} | {r['val_loss']:.4f} |")
     env = load(f"{KNOB_RUNS[0]}/metrics/env.json")
     lean = rows["lean"]
+    def cost(name: str) -> str:
+        r = rows[name]
+        speed = 100 * (1 - r["tokens_per_sec"] / recipe["tokens_per_sec"])
+        mem_key = "peak_mem_reserved_mb" if not r.get("peak_mem_allocated_comparable", True) else "peak_mem_allocated_mb"
+        mem = 100 * (1 - r[mem_key] / recipe[mem_key])
+        return f"{speed:.1f}% of the recipe's tokens/s and {'saves' if mem >= 0 else 'adds'} {abs(mem):.0f}% of its peak"
+
+    said = ", ".join(f"`{n}` costs {cost(n)}" for n in KNOB_ORDER[1:-2] if rows.get(n, {}).get("status") == "ok")
+    tail = (f"The recipe's p90 step is {100 * (recipe['step_ms_p90'] / recipe['step_ms_median'] - 1):.1f}% above its "
+            f"median, and its wall-clock tokens/s {recipe['host_overhead_pct']:.1f}% below the event-timed figure.")
     return "\n".join([
         f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']} tokens (variants' own batch where named), "
         f"{recipe['steps']} steps per run of which {recipe['warmup_steps']} are warm-up; on {env['gpu']} "
@@ -177,6 +187,8 @@ def h200_knobs_section() -> str:
         f"{100 * lean['peak_mem_allocated_mb'] / fp32_peak:.1f}% of the fp32 baseline's peak) misses both of its bars "
         "(85% and 10%); no knob beat the recipe at batch 16, so there is no `fastest` result yet (its run was cut "
         "by the session's device time).",
+        "",
+        f"Against the recipe: {said} (CUDA graphs compared on reserved memory). {tail}",
     ])
 
 
