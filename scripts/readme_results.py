@@ -91,13 +91,23 @@ def repeats_section() -> str:
     return f"On {env['gpu']} (driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}); files: `results/h200-repeats/`.\n\n" + "\n".join(rows)
 
 
+def bf16_note() -> str:
+    """What bf16 costs on this CPU, from the committed fp32 and bf16 rows."""
+    env = load("metrics/env.json")
+    fp32, bf16 = load("metrics/variants/fp32_baseline.json"), load("metrics/variants/bf16.json")
+    native = "computes bf16 natively" if env["cpu_bf16_native"] else "has no native bf16"
+    return (f"This CPU ({env['cpu']}) {native}: a bf16 step takes {bf16['step_ms_median'] / 1000:.2f} s against "
+            f"{fp32['step_ms_median'] / 1000:.2f} s in fp32 ({bf16['step_ms_median'] / fp32['step_ms_median']:.1f}x).")
+
+
 def cpu_section() -> str:
     summary = (ROOT / "metrics/summary.md").read_text().strip()
     ev, tr = load("metrics/eval.json"), load("metrics/records/train.json")
     return "\n".join([
         f"The default `dvc repro` on this repository's CPU machine (`metrics/`): the `{tr['model']}` model trained "
         f"{tr['params.train.steps']} steps reaches validation loss {ev['val_loss']:.3f} (perplexity {ev['val_perplexity']:.0f}) "
-        f"on {ev['eval_tokens']:,} held-out tokens. The matrix at that size:",
+        f"on {ev['eval_tokens']:,} held-out tokens. "
+        + bf16_note() + " The matrix at that size:",
         "",
         summary,
     ])
