@@ -166,7 +166,9 @@ class RunSettings:
         False, "float8 matmuls (torchao, tensorwise scaling) in every block's Linear layers; the output head stays bf16",
         "3. swaps the blocks' Linear layers", _fp8_skip)
     fused_adamw: bool = knob(False, "AdamW's fused kernel instead of the for-loop implementation", "6. the optimizer")
-    compile: bool = knob(False, "torch.compile the model and its loss", "5. torch.compile around model and loss head", _compile_skip)
+    compile: bool = knob(False, "torch.compile the model and its loss",
+                         "5. torch.compile around model and loss head (under fsdp2: each block's forward, before "
+                         "fully_shard)", _compile_skip)
     compile_mode: CompileMode = knob(
         "default", "torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs",
         "5. torch.compile", _compile_mode_skip)

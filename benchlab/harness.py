@@ -133,6 +133,7 @@ class Neighbours:
         ours = 100.0 * (time.process_time() - self._self0) / (wall * cores) if wall > 0 else 0.0
         machine = 100.0 * busy / total if total else 0.0
         return {
+            "pid": os.getpid(),  # so that a multi-rank run can tell its own ranks from neighbours
             "other_gpu_processes": sorted(self.seen) if self.cuda and self.known else None,
             "cpu_busy_pct": machine,
             "cpu_busy_ours_pct": ours,

@@ -9,9 +9,11 @@ module, 6. the loss head, wrapped whole by torch.compile (with its mode),
 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
-graph it splits at bucket boundaries, so all-reduce overlaps backward) or
-through FSDP2's hooks. DDP must wrap the module the step calls, the loss head,
-since the chunked and fused heads call the model's body, not its forward."""
+graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
+FSDP2, compile goes on each block's forward just before fully_shard instead,
+so that FSDP2's hooks stay outside the graphs (torchtitan's order too). DDP
+must wrap the module the step calls, the loss head, since the chunked and
+fused heads call the model's body, not its forward."""
 
 import importlib.util
 import os
@@ -118,6 +120,18 @@ def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
     return partial(torch.compile, mode=None if settings.compile_mode == "default" else settings.compile_mode)
 
 
+def compile_blocks(model: GPT, settings: RunSettings) -> None:
+    """FSDP2 with compile: each block's forward is compiled before fully_shard, as torchtitan does, and the loss
+    head runs eagerly. Compiled from outside, the model's graph broke at FSDP2's hooks around every block; on two
+    H200s that run reached 39% of DDP's tokens/s with 58% of kernel time in waiting NCCL kernels. Compiling
+    `forward`, not the module's call, keeps FSDP2's hooks (in `__call__`) outside the graph and the
+    state_dict's keys unchanged."""
+    compile_fn = compiler(settings)
+    assert compile_fn is not None
+    for block in model.blocks:
+        block.forward = compile_fn(block.forward)
+
+
 def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
     """FSDP2: each block is one all-gather / reduce-scatter unit, the model's own layers the root unit.
 
@@ -150,8 +164,10 @@ def ddp(settings: RunSettings, device: torch.device) -> "partial[nn.Module]":
 
 
 def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module], nn.Module]":
-    """What wraps the loss head's module: DDP (ddp), then torch.compile (compile), each only when asked."""
-    outer = compiler(settings) or (lambda module: module)
+    """What wraps the loss head's module: DDP (ddp), then torch.compile (compile), each only when asked; under
+    FSDP2 nothing (its blocks were compiled one by one, `compile_blocks`)."""
+    outer = compiler(settings) if settings.parallel != "fsdp2" else None
+    outer = outer or (lambda module: module)
     if settings.parallel != "ddp":
         return outer
     inner = ddp(settings, device)
@@ -197,6 +213,8 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         raise LabError(f"parallel={settings.parallel} runs under torchrun (the bench stage starts it); "
                        "this process joined no process group")
     if settings.parallel == "fsdp2":
+        if settings.compile:
+            compile_blocks(model, settings)
         shard(model, settings, device)
     loss = loss_fn(model, settings.loss, wrapper(settings, device))
     optimizer = make_optimizer(model, settings, train)

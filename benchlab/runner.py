@@ -306,7 +306,26 @@ def combine_ranks(records: list[RunRecord]) -> RunRecord:
     out.memory = {k: max((r.memory[k] for r in records if r.memory.get(k) is not None), default=None)
                   for k in first.memory}
     out.rank_peak_mb = [_peak_mb(r) or 0.0 for r in records]
+    out.neighbours = _ranks_neighbours([r.neighbours for r in records])
     return out
+
+
+def _ranks_neighbours(facts: list[dict]) -> dict:
+    """One job's neighbours from its ranks': a rank's partners are not neighbours. Their PIDs leave the
+    other-GPU-process list, and their own CPU share leaves each rank's "others" (the windows coincide:
+    every rank times the same steps)."""
+    if not all(facts):
+        return facts[0]
+    ranks = {f.get("pid") for f in facts}
+    gpu = [f["other_gpu_processes"] for f in facts if f.get("other_gpu_processes") is not None]
+    ours = sum(f["cpu_busy_ours_pct"] for f in facts)
+    return {
+        "pid": facts[0].get("pid"),
+        "other_gpu_processes": sorted({pid for seen in gpu for pid in seen} - ranks) if gpu else None,
+        "cpu_busy_pct": max(f["cpu_busy_pct"] for f in facts),
+        "cpu_busy_ours_pct": ours,
+        "cpu_busy_others_pct": max(max(0.0, f["cpu_busy_others_pct"] - (ours - f["cpu_busy_ours_pct"])) for f in facts),
+    }
 
 
 def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) -> RunRecord:

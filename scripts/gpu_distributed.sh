@@ -16,6 +16,7 @@
 # Environment:
 #   MODELS        models to run, in order (default: gpt2_124m gpt2_350m)
 #   REPEATS       bench.repeats (default 3)
+#   VARIANTS      space-separated subset of the five variants above (default: all)
 #   TIME_LIMIT_S  per model: stop DVC after this many seconds and pack what finished (default 210)
 #   PROFILE       models whose ddp_2 and fsdp2_2 are also traced by the profile stage, for the share of
 #                 the step in NCCL kernels (default gpt2_124m; after the bench stages, inside the limit)
@@ -58,6 +59,9 @@ p["variants"] = {
     "fsdp2_2": {**recipe, "batch_size": 32, "parallel": "fsdp2", "nproc": 2, "fsdp_param_dtype": "bf16"},
     "ddp_1": {**recipe, "batch_size": 16, "parallel": "ddp", "nproc": 1},
 }
+keep = os.environ.get("VARIANTS", "").split()
+if keep:
+    p["variants"] = {name: spec for name, spec in p["variants"].items() if name in keep}
 p["aggregate"]["baseline"] = "one_b16"
 profiled = os.environ.get("PROFILE", "gpt2_124m").split()
 p["profile"]["variants"] = ["ddp_2", "fsdp2_2"] if os.environ["MODEL"] in profiled else []
@@ -75,7 +79,7 @@ yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
 PY
     git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
     status=0
-    timeout --signal=INT "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate $(grep -q "variants: \[\]" params.yaml || echo profile) 2>&1 \
+    timeout --signal=KILL "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate $(grep -q "variants: \[\]" params.yaml || echo profile) 2>&1 \
       | tee "$out/${model}_log.txt" || status=$?
     tar czf "$out/$model.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null \
       || tar czf "$out/$model.tar.gz" params.yaml metrics plots

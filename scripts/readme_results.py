@@ -202,8 +202,152 @@ def h200_knobs_section() -> str:
     ])
 
 
+def variants(run: str) -> dict[str, dict]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted((ROOT / run / "metrics/variants").glob("*.json"))}
+
+
+def interval(r: dict) -> str:
+    if not r.get("tokens_per_sec_pi95_low"):
+        return "–"
+    return f"{r['tokens_per_sec_pi95_low']:,.0f} to {r['tokens_per_sec_pi95_high']:,.0f}"
+
+
+def overlap(a: dict, b: dict) -> str:
+    if not (a.get("tokens_per_sec_pi95_low") and b.get("tokens_per_sec_pi95_low")):
+        return "–"
+    hit = a["tokens_per_sec_pi95_low"] <= b["tokens_per_sec_pi95_high"] and b["tokens_per_sec_pi95_low"] <= a["tokens_per_sec_pi95_high"]
+    return "yes" if hit else "**no**"
+
+
+# The earlier committed runs of the seed matrix's fp32 baseline (issue 7's figures, in-process repeats):
+# each a 95% interval that the next run missed.
+EARLIER_FP32 = [(45_126, 45_173), (45_256, 45_258), (45_234, 45_245)]
+
+
+def runs_section() -> str:
+    """Run-to-run: the same variant in separate DVC runs (fresh processes, fresh scratch copies)."""
+    a = {**variants("results/h200-runs/a"), **variants("results/h200-runs/a-compile")}
+    one, two = variants("results/h200x2/gpt2_124m-1")["one_b16"], variants("results/h200x2/gpt2_124m-2")["one_b16"]
+    recipe = variants("results/h200-knobs/recipe-lean")["recipe"]
+    env = load("results/h200-runs/a/metrics/env.json")
+    rows = ["| variant | run | machine | repeats | tokens/s | next run 95% | CV % | step ms median | p90 | wall tokens/s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    def row(name: str, run: str, machine: str, r: dict) -> str:
+        return (f"| {name} | {run} | {machine} | {r['repeats']} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
+                f"{r['tokens_per_sec_cv_pct']:.2f} | {r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | "
+                f"{r['tokens_per_sec_wall']:,.0f} |")
+    for name, r in a.items():
+        rows.append(row(name, "a" if name != "compile" else "a-compile", "h200" if name != "compile" else "h200-x2, GPU 0", r))
+    rows += [row("recipe (`one_b16`)", "x2 run 1", "h200-x2, GPU 0", one), row("recipe (`one_b16`)", "x2 run 2", "h200-x2, GPU 0", two),
+             row("recipe", "h200-knobs", "h200, earlier machine", recipe)]
+    fp32 = a["fp32_baseline"]
+    inside = [f"{(lo + hi) / 2:,.0f} {'inside' if fp32['tokens_per_sec_pi95_low'] <= (lo + hi) / 2 <= fp32['tokens_per_sec_pi95_high'] else 'outside'}"
+              for lo, hi in EARLIER_FP32]
+    return "\n".join([
+        f"Source `{fp32['provenance.source_sha256'][:12]}` in every row but the last (`{recipe['provenance.source_sha256'][:12]}`, "
+        f"an earlier commit with the same harness); {env['gpu']}, torch {env['torch']}, {fp32['provenance.date_utc'][:10]}. "
+        "Each repeat is a fresh process; `next run 95%` is the prediction interval for one more repeat.",
+        "",
+        *rows,
+        "",
+        f"The recipe in two separate DVC runs on one machine: intervals overlap: {overlap(one, two)}. "
+        f"The recipe on an earlier H200 machine against run 2: {overlap(recipe, two)}, though that machine's median is "
+        f"{100 * (1 - recipe['tokens_per_sec'] / two['tokens_per_sec']):.1f}% lower (chip to chip). "
+        f"The three earlier runs' fp32 baseline medians against run a's interval: {', '.join(inside)}.",
+    ])
+
+
+def small_section() -> str:
+    rows = variants("results/h200-small")
+    base = rows["fp32_baseline"]
+    env = load("results/h200-small/metrics/env.json")
+    table = ["| variant | tokens/s | vs fp32 | step ms median | p90 | peak alloc MiB | val loss |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name in ("fp32_baseline", "tf32", "sdpa", "fp16", "bf16", "fused_adamw", "compile", "recipe"):
+        r = rows.get(name)
+        if r is None:
+            table.append(f"| {name} | not run (the session's device time ran out) | – | – | – | – | – |")
+            continue
+        table.append(f"| {name} | {r['tokens_per_sec']:,.0f} | {r['tokens_per_sec'] / base['tokens_per_sec']:.2f} | "
+                     f"{r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | {r['peak_mem_allocated_mb']:,.0f} | {r['val_loss']:.4f} |")
+    return "\n".join([
+        f"`{base['model']}`, batch {base['batch_size']} x {base['block_size']}, {base['steps']} steps of which "
+        f"{base['warmup_steps']} warm-up, one run per variant (no interval); {env['gpu']}, torch {env['torch']}, "
+        f"{base['provenance.date_utc'][:10]}, source `{base['provenance.source_sha256'][:12]}` (files: `results/h200-small/`).",
+        "",
+        *table,
+        "",
+        f"At this size a step is a few milliseconds of small kernels, so the GPU waits on the launches: autocast alone "
+        f"changes little or loses (bf16 {rows['bf16']['tokens_per_sec'] / base['tokens_per_sec']:.2f}x, fp16 "
+        f"{rows['fp16']['tokens_per_sec'] / base['tokens_per_sec']:.2f}x: its casts and the GradScaler's checks are more "
+        f"launches), while what removes launches wins: fused AdamW {rows['fused_adamw']['tokens_per_sec'] / base['tokens_per_sec']:.2f}x "
+        f"(one kernel over all parameters instead of several per tensor), compile "
+        f"{rows['compile']['tokens_per_sec'] / base['tokens_per_sec']:.2f}x (fused elementwise kernels). At GPT-2 124M the "
+        f"same knobs rank the other way (above): there the matmuls dominate and the tensor cores decide.",
+    ])
+
+
+def x2_section() -> str:
+    run1, run2 = variants("results/h200x2/gpt2_124m-1"), variants("results/h200x2/gpt2_124m-2")
+    one, ddp, b32, fsdp = run2["one_b16"], run2["ddp_2"], run1["one_b32"], run1["fsdp2_2"]
+    env = load("results/h200x2/gpt2_124m-2/metrics/env.json")
+    bw = {row["size_mb"]: row["busbw_gb_s"] for row in load("results/h200x2/allreduce_bw.json")["rows"]}
+    table = ["| variant | run | GPUs | global batch | tokens/s | per GPU | vs one GPU at 16 | step ms | peak MiB per GPU | val loss | train loss, last step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, run, r in (("one_b16", "2", one), ("ddp_2", "2", ddp), ("one_b16", "1", run1["one_b16"]), ("one_b32", "1", b32), ("fsdp2_2", "1", fsdp)):
+        table.append(f"| {name} | {run} | {r['world_size']} | {r['batch_size']} | {r['tokens_per_sec']:,.0f} | "
+                     f"{r['tokens_per_sec_per_gpu']:,.0f} | {r['tokens_per_sec'] / one['tokens_per_sec']:.3f}x | {r['step_ms_median']:.2f} | "
+                     f"{max(r['peak_mem_per_rank_mb']):,.0f} | {r['val_loss']:.4f} | {r['final_train_loss']:.4f} |")
+    t_c, t_2 = one["step_ms_median"], ddp["step_ms_median"]
+    exposed = t_2 - t_c
+    grad_gb = 4 * 124_373_760 / 1e9  # fp32 gradients of GPT-2 124M (tied head, vocab 50304), the bytes DDP all-reduces
+    t_ar2 = grad_gb / bw[64] * 1000  # ms at the 64 MB message's bus bandwidth (DDP's buckets are 25 MB: an upper bound on speed)
+    f = 1 - exposed / t_ar2
+    def predict(n: int, nic_gb_s: float | None = None) -> str:
+        factor = 2 * (n - 1) / n
+        t_ar = exposed * factor if nic_gb_s is None else grad_gb * factor / nic_gb_s * 1000
+        step = t_c + t_ar
+        return f"{n * 16 * 1024 / step * 1000:,.0f} | {100 * t_c / step:.1f}%"
+    return "\n".join([
+        f"GPT-2 124M, the public recipe (bf16, SDPA, TF32, fused AdamW, compile), 16 sequences of 1024 per GPU; "
+        f"{env['gpu']} x {env['gpu_count']} (`nvidia-h200-x2`), torch {env['torch']}, {one['provenance.date_utc'][:10]}, "
+        f"source `{one['provenance.source_sha256'][:12]}`, 2 fresh-process repeats per variant (files: `results/h200x2/`). "
+        "Two DVC runs on one machine: run 1 lost `ddp_2` to its time limit, run 2 measured it beside `one_b16`; "
+        "`gpt2_350m` was not run (the session's device time ran out).",
+        "",
+        *table,
+        "",
+        f"- DDP: {ddp['tokens_per_sec'] / one['tokens_per_sec']:.3f}x the one-GPU tokens/s in the same run "
+        f"(bar 1.93x: **missed**); efficiency {100 * ddp['tokens_per_sec'] / (2 * one['tokens_per_sec']):.1f}%. "
+        f"Validation loss {ddp['val_loss'] - b32['val_loss']:+.4f} against one GPU at the same global batch (run 1).",
+        f"- FSDP2 (bf16 parameters, fp32 reduce-scatter): efficiency {100 * fsdp['tokens_per_sec'] / (2 * one['tokens_per_sec']):.1f}%, "
+        f"{fsdp['tokens_per_sec'] / ddp['tokens_per_sec']:.1%} of DDP's tokens/s (bar 95%: **missed**), "
+        f"{max(fsdp['peak_mem_per_rank_mb']):,.0f} MiB per GPU against DDP's {max(ddp['peak_mem_per_rank_mb']):,.0f}; "
+        f"its training loss follows one GPU's at batch 32 ({fsdp['final_train_loss'] - b32['final_train_loss']:+.4f} at the last step) "
+        f"but its validation loss differs by {fsdp['val_loss'] - b32['val_loss']:+.4f} (not explained yet). Its profile "
+        "(`plots/profiles/fsdp2_2_kernels.md`) has 58% of kernel time in NCCL all-gathers and reduce-scatters, with "
+        "step times from 70 to 93 ms: the collectives do not overlap compute.",
+        f"- All-reduce bus bandwidth (`scripts/allreduce_bw.py`, fp32): "
+        + ", ".join(f"{size} MB {gbs:.0f} GB/s" for size, gbs in bw.items()) + ".",
+        "",
+        "Scaling model, filled from these files (124M; 350M not measured):",
+        f"- `T_c` = {t_c:.2f} ms (`one_b16`), `T_2` = {t_2:.2f} ms (`ddp_2`): {exposed:.2f} ms exposed per step.",
+        f"- `G` = {grad_gb:.2f} GB of fp32 gradients; at the 64 MB bus bandwidth ({bw[64]:.0f} GB/s) one all-reduce "
+        f"takes `T_ar(2)` = {t_ar2:.2f} ms, so `f = 1 - (T_2 - T_c) / T_ar(2)` = {f:.2f}: no overlap with backward "
+        "(below zero: the exposed time exceeds a whole all-reduce at that rate; 25 MB buckets run slower than 64 MB messages).",
+        "- With no overlap, the exposed time grows with `2(n-1)/n`; across nodes the per-GPU NIC rate takes over "
+        "(assumed 50 GB/s, 400 Gb/s InfiniBand per GPU: **not measured**).",
+        "",
+        "| GPUs | predicted tokens/s, DDP as measured | efficiency | pick |",
+        "| --- | --- | --- | --- |",
+        f"| 4 | {predict(4)} | DDP, once its all-reduce overlaps backward (then efficiency tends to 100%); FSDP2 as measured is slower |",
+        f"| 8 | {predict(8)} | DDP, for the same reason; FSDP2 only to buy a larger batch per GPU |",
+        f"| 16, two nodes | {predict(16, 50.0)} | DDP with overlap; else HSDP (shard within a node, replicate across) to cut the bytes on the slow link |",
+    ])
+
+
 SECTIONS = {"knobs": knobs_section, "h200-knobs": h200_knobs_section, "h200": h200_section,
-            "h200-repeats": repeats_section, "cpu": cpu_section}
+            "h200-repeats": repeats_section, "cpu": cpu_section, "h200-runs": runs_section,
+            "h200-small": small_section, "h200x2": x2_section}
 
 
 def render(readme: str) -> str:

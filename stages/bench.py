@@ -21,6 +21,7 @@ fails the stage with nothing recorded.
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 from benchlab import devlock, dist
@@ -82,6 +83,7 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
     place = f"variant {list(p.variants).index(name) + 1} of {len(p.variants)}"  # the matrix's progress
     for i in range(p.bench.repeats):
         label = f"bench@{name} ({place}) repeat {i + 1}/{p.bench.repeats}"
+        began = time.perf_counter()
         if settings.parallel != "none":
             rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths], nproc=settings.nproc)
         elif p.bench.repeats == 1:
@@ -91,10 +93,21 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
         else:
             rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths])
         runs.append(rec)
-        print(f"{label}: {rec.status} {rec.message}".rstrip(), flush=True)
+        print(f"{label}: {rec.status} {rec.message}".rstrip() + f" ({repeat_cost(rec, time.perf_counter() - began)})",
+              flush=True)
         if rec.status != "ok":
             break
     return runs
+
+
+def repeat_cost(rec: RunRecord, wall_s: float) -> str:
+    """Where a repeat's wall time went: what a user plans a matrix's length by (start-up counts too)."""
+    parts = [f"{wall_s:.1f} s"]
+    if rec.warmup_s is not None:
+        parts.append(f"warm-up and compile {rec.warmup_s:.1f} s")
+    if rec.window_wall_ms is not None:
+        parts.append(f"timed {rec.window_wall_ms / 1000:.1f} s")
+    return ", ".join(parts)
 
 
 def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:

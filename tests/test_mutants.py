@@ -545,8 +545,8 @@ def test_cpu_clock_and_busy_shares_with_a_fake_clock(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))  # 1 s of CPU over 2 s on 2 cores
     n = harness.Neighbours(torch.device("cpu"))
     n.start()
-    assert n.finish() == {"other_gpu_processes": None, "cpu_busy_pct": 80.0, "cpu_busy_ours_pct": 25.0,
-                          "cpu_busy_others_pct": 55.0}
+    assert n.finish() == {"pid": harness.os.getpid(), "other_gpu_processes": None, "cpu_busy_pct": 80.0,
+                          "cpu_busy_ours_pct": 25.0, "cpu_busy_others_pct": 55.0}
     jiffies = iter([(0, 1000), (800, 2000)])
     monkeypatch.setattr(harness.os, "cpu_count", lambda: None)  # unknown: count one core
     monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))
