@@ -78,6 +78,9 @@ def start() -> None:
         return
     _state["started"] = True
     signal.signal(signal.SIGTERM, _on_term)
+    # A shell without job control starts background commands with SIGINT ignored, and Python then leaves
+    # it so: `kill -INT` (or a test runner under `nohup ... &`) would not stop the stage. Ctrl-C always does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):

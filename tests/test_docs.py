@@ -1,5 +1,7 @@
 """The README's figures come from committed result files, and its commands are the real ones."""
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,23 @@ from tests.conftest import ROOT
 def test_readme_results_match_the_committed_result_files() -> None:
     proc = subprocess.run([sys.executable, "scripts/readme_results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_readme_check_survives_a_local_repro_but_not_an_edited_section(tmp_path: Path) -> None:
+    """Quick start 1 on another machine rewrites metrics/ with that machine's timings; quick start 2 must pass."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    shutil.copy(ROOT / "scripts/readme_results.py", clone / "scripts/readme_results.py")
+    check = [sys.executable, "scripts/readme_results.py", "--check"]
+    eval_json = clone / "metrics/eval.json"
+    local = json.loads(eval_json.read_text())
+    eval_json.write_text(json.dumps({**local, "val_loss": local["val_loss"] + 0.5}))  # as a local dvc repro would
+    proc = subprocess.run(check, cwd=clone, capture_output=True, text=True)
+    assert proc.returncode == 0 and "a local dvc repro" in proc.stdout, proc.stdout + proc.stderr
+    readme = clone / "README.md"
+    readme.write_text(readme.read_text().replace("reaches validation loss", "reaches a validation loss", 1))
+    proc = subprocess.run(check, cwd=clone, capture_output=True, text=True)
+    assert proc.returncode == 1 and "out of date" in proc.stdout
 
 
 def test_ci_runs_the_readme_test_command() -> None:

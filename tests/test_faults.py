@@ -135,7 +135,10 @@ def _stage_process(workdir: Path, prepared: Path) -> subprocess.Popen:
     (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "stages.train", "prep", "model.pt", "train.json", "record.json", "steps.csv"]
-    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Started with SIGINT ignored, as a shell without job control starts a background command: the stage
+    # must still stop on it (seen: a suite run under `nohup ... &` hung on an unkillable train).
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.stdout is not None
     seen = ""
     while "%|" not in seen:  # the progress bar is drawn once the first step has started
@@ -151,7 +154,10 @@ def test_ctrl_c_or_sigterm_ends_a_stage_with_one_line_and_nothing_recorded(workd
                                                                            sig: int, code: int) -> None:
     proc = _stage_process(workdir, prepared)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # never leave a 100,000-step run holding the CPU lock behind a failed test
     assert proc.returncode == code, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
