@@ -3,6 +3,7 @@
 # order, each as written (placeholders filled as a user would), with one line per command.
 #
 #   scripts/readme_walk.sh CLONE_DIR LOG_FILE
+#   ONLY="quick-start-1 quick-start-2" scripts/readme_walk.sh CLONE_DIR LOG_FILE   # some of them, in order
 #
 # Every command below is checked to appear verbatim in README.md first, so the walk fails
 # when the README changes without it. Left out: the lines that need the network
@@ -24,6 +25,7 @@ readme_has() {
 step() {  # step NAME README_COMMAND [COMMAND_AS_RUN]
   local name=$1 shown=$2 run=${3:-$2}
   readme_has "$shown"
+  case " ${ONLY:-$name} " in *" $name "*) ;; *) return ;; esac  # ONLY="a b": time just those, in order
   local t0 rc
   t0=$(date +%s)
   ( cd "$clone" && . .venv/bin/activate 2>/dev/null; bash -c "$run" ) > "$log.$name.txt" 2>&1
@@ -43,9 +45,9 @@ step exp-sdpa 'dvc exp run --temp -S attention=sdpa'
 step exp-bf16 'dvc exp run --temp -S precision=bf16 -S train.steps=50'
 step exp-selective 'dvc exp run --temp -S attention=sdpa -S activation_checkpointing=selective'
 step exp-compile 'dvc exp run --temp -S compile=true -S fused_adamw=true'
-step exp-model 'dvc exp run --temp -S model=gpt_small evaluate'
+step exp-model 'dvc exp run --temp -S model=gpt_small -S train.steps=100 evaluate'
 step exp-show-wide 'dvc exp show --only-changed'
-step exp-show "dvc exp show --hide-failed --drop '.*' --keep '^Experiment\$|^tokens_per_sec\$|^peak_(mem_allocated|rss)_mb\$|^val_loss\$|^precision\$|^attention\$|^compile\$|^loss\$'"
+step exp-show "dvc exp show --hide-failed --drop '.*' --keep '^Experiment\$|^tokens_per_sec\$|^peak_(mem_allocated|rss)_mb\$|^metrics/eval.json:val_loss\$|^precision\$|^attention\$|^compile\$'"
 step metrics-diff 'dvc metrics diff'
 step plots-diff 'dvc plots diff <exp> <exp>' 'dvc plots diff $(dvc exp ls --name-only | tail -n 2)'
 step plots-show 'dvc plots show'
