@@ -24,7 +24,7 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"]
 Checkpointing = Literal["none", "full", "selective"]
-LossKind = Literal["standard", "chunked", "fused"]
+LossKind = Literal["standard", "inline", "chunked", "fused", "cce"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
 Parallel = Literal["none", "ddp", "fsdp2"]
@@ -52,6 +52,7 @@ class DeviceFacts:
     cxx: bool = False  # a C++ compiler for inductor on CPU
     torchao: bool = False
     liger: bool = False
+    cce: bool = False  # cut-cross-entropy installed
     gpu_count: int = 0
     cpu_count: int = 1  # cores: on a CPU, gloo ranks beyond them would only time each other's waiting
 
@@ -113,13 +114,15 @@ def _fp8_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """fused: on CPU, and without liger-kernel."""
-    if value != "fused":
+    """fused, cce: on CPU, and without their library."""
+    library = {"fused": ("liger-kernel", d.liger), "cce": ("cut-cross-entropy", d.cce)}.get(value)
+    if library is None:
         return None
+    name, installed = library
     if d.kind == "cpu":
-        return "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU; use loss=chunked on CPU"
-    if not d.liger:
-        return "loss=fused needs liger-kernel (pip install liger-kernel); or use loss=chunked"
+        return f"loss={value} is a Triton kernel ({name}) that needs a CUDA GPU; use loss=chunked on CPU"
+    if not installed:
+        return f"loss={value} needs {name} (pip install {name}); or use loss=chunked"
     return None
 
 
@@ -158,9 +161,11 @@ class RunSettings:
         "none", "none; full: every block recomputed in backward; selective: keep matmul and attention outputs, "
         "recompute the cheap ops between them", "4. wraps each block")
     loss: LossKind = knob(
-        "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); chunked: "
-        "cross-entropy over chunks of tokens, each recomputed in backward, only the loss leaves the compiled "
-        "region; fused: liger-kernel's fused linear + cross-entropy, after the compiled body", "5. the loss head",
+        "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); inline: the same "
+        "logits and cross-entropy, but only the loss leaves the compiled region; chunked: cross-entropy over chunks "
+        "of tokens, each recomputed in backward; fused: liger-kernel's fused linear + cross-entropy, after the "
+        "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering)",
+        "5. the loss head",
         _loss_skip)
     fp8: bool = knob(
         False, "float8 matmuls (torchao, tensorwise scaling) in every block's Linear layers; the output head stays bf16",

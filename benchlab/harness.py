@@ -91,14 +91,37 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(values) - idle, sum(values)
 
 
-def gpu_processes() -> list[int] | None:
-    """PIDs nvidia-smi sees computing on a GPU, or None where it cannot tell (no nvidia-smi)."""
+def gpu_processes(uuid: str | None = None) -> list[int] | None:
+    """PIDs nvidia-smi sees computing on the GPU of this UUID (any GPU when None), or None where it cannot tell.
+
+    Processes on the machine's other GPUs do not share this one's SMs or memory, so a job on GPU 1 does not
+    flag a timing on GPU 0; what they share (the host's cores) is watched by the CPU counters.
+    """
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return [int(line) for line in out.split() if line.strip().isdigit()]
+    return [int(pid) for pid, gpu in _apps(out) if uuid is None or _same_gpu(gpu, uuid)]
+
+
+def _apps(csv: str) -> list[tuple[str, str]]:
+    """(pid, gpu uuid) pairs of nvidia-smi's compute-apps lines."""
+    pairs = [tuple(part.strip() for part in line.split(",")) for line in csv.splitlines() if line.strip()]
+    return [(pair[0], pair[1]) for pair in pairs if len(pair) == 2 and pair[0].isdigit()]
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    """nvidia-smi writes GPU-<uuid>; torch may leave the prefix off."""
+    norm = [u.strip().lower().removeprefix("gpu-") for u in (a, b)]
+    return norm[0] == norm[1]
+
+
+def device_uuid(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return str(torch.cuda.get_device_properties(index).uuid)
 
 
 class Neighbours:
@@ -106,6 +129,7 @@ class Neighbours:
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.uuid = device_uuid(device)
         self.ours = {os.getpid(), os.getppid()}
         self.seen: set[int] = set()
         self.known = True
@@ -118,7 +142,7 @@ class Neighbours:
     def _look(self) -> None:
         if not self.cuda:
             return
-        pids = gpu_processes()
+        pids = gpu_processes(self.uuid)
         if pids is None:
             self.known = False
         else:

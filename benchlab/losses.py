@@ -2,15 +2,26 @@
 
 - standard: the model's own forward, logits then cross-entropy; the logits
   are returned with the loss, exactly as the public recipe (nanoGPT) does.
+- inline: the same forward, but only the loss is returned, so under
+  torch.compile the logits are no output of the graph: the compiler may fuse
+  the cross-entropy into the output layer's epilogue and keep only what
+  backward needs.
 - chunked: cross-entropy over chunks of `CHUNK_TOKENS` tokens, each chunk's
   logits recomputed in backward, so the (tokens x vocab) logits tensor never
   lives whole; the module returns only the loss, so under torch.compile no
   logits leave the compiled region.
 - fused: the model's body runs (compiled, if asked) up to the final hidden
   states; liger-kernel's fused linear + cross-entropy Triton kernel then
-  computes the loss without materializing logits. It runs outside the
+  computes the loss without materializing logits, in the autocast dtype
+  (bf16) as the standard head's matmul would. Until 2026-11-30 it got the
+  LayerNorm's fp32 output and multiplied in fp32 (TF32): the H200 figures of
+  `loss_fused` before then are of that slower path. It runs outside the
   compiled region: inside it, Liger 0.8.5 failed with a dynamo fake-tensor
   error (shared/GPU.md).
+- cce: as fused, with cut-cross-entropy's kernel (Apple's "Cut Your Losses"),
+  which recomputes logit blocks in backward instead of storing them; its
+  gradient filtering (skipping near-zero softmax terms) is turned off, so the
+  gradients are the exact ones up to rounding.
 """
 
 from collections.abc import Callable
@@ -69,27 +80,54 @@ class Features(nn.Module):
         return self.model.features(idx)
 
 
+class LossOnly(nn.Module):
+    """The model's own forward, returning only the loss: under torch.compile the logits stay inside the graph."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self.model(idx, targets)[1]
+        assert loss is not None
+        return loss
+
+
 def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module]) -> LossFn:
     """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head."""
     if kind == "standard":
         body = wrap(model)
         return lambda idx, targets: body(idx, targets)[1]
+    if kind == "inline":
+        return wrap(LossOnly(model))
     if kind == "chunked":
         return wrap(ChunkedLoss(model))
     features = wrap(Features(model))
-    fused = _liger_loss()
+    kernel = _liger_loss() if kind == "fused" else _cce_loss()
 
-    def fused_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hidden = features(idx).flatten(0, 1)  # (B*T, C), bf16 under autocast
-        # The kernel multiplies in the hidden states' dtype; the cast's backward returns an fp32 gradient.
-        return fused(model.lm_head.weight.to(hidden.dtype), hidden, targets.flatten())
+    def library_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden = features(idx).flatten(0, 1)  # (B*T, C); fp32 even under autocast (LayerNorm runs in fp32)
+        device = hidden.device.type
+        if torch.is_autocast_enabled(device):  # multiply in the autocast dtype, as the standard head's Linear does
+            hidden = hidden.to(torch.get_autocast_dtype(device))
+        # The kernels multiply in the hidden states' dtype; the casts' backward returns fp32 gradients.
+        return kernel(hidden, model.lm_head.weight.to(hidden.dtype), targets.flatten())
 
-    return fused_loss
+    return library_loss
 
 
-def _liger_loss() -> Callable[..., torch.Tensor]:
+def _liger_loss() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError as err:  # checked by the knob's device check; kept for direct callers
         raise RuntimeError("loss=fused needs liger-kernel: pip install liger-kernel") from err
-    return LigerFusedLinearCrossEntropyLoss()
+    liger = LigerFusedLinearCrossEntropyLoss()
+    return lambda hidden, weight, targets: liger(weight, hidden, targets)
+
+
+def _cce_loss() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    try:
+        from cut_cross_entropy import linear_cross_entropy
+    except ImportError as err:  # checked by the knob's device check; kept for direct callers
+        raise RuntimeError("loss=cce needs cut-cross-entropy: pip install cut-cross-entropy") from err
+    return lambda hidden, weight, targets: linear_cross_entropy(hidden, weight, targets, filter_eps=None)

@@ -44,14 +44,15 @@ def resolve_device(choice: DeviceChoice) -> torch.device:
 
 def device_facts(device: torch.device) -> DeviceFacts:
     """What this device and this Python can run, for the knobs' checks."""
-    installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel")}
+    installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel",
+                                                                             "cut_cross_entropy")}
     if device.type == "cpu":
         return DeviceFacts(kind="cpu", name="cpu", cxx=shutil.which(os.environ.get("CXX", "g++")) is not None,
                            torchao=installed["torchao"], cpu_count=os.cpu_count() or 1)
     return DeviceFacts(
         kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
         bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
-        liger=installed["liger_kernel"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
+        liger=installed["liger_kernel"], cce=installed["cut_cross_entropy"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
     )
 
 

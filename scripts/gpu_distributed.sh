@@ -16,7 +16,9 @@
 # Environment:
 #   MODELS        models to run, in order (default: gpt2_124m gpt2_350m)
 #   REPEATS       bench.repeats (default 3)
-#   VARIANTS      space-separated subset of the five variants above (default: all)
+#   VARIANTS      space-separated subset of the five variants above and MORE_VARIANTS (default: all)
+#   MORE_VARIANTS JSON object of more variants, each as knobs over the recipe
+#   ALLREDUCE     0 skips the all-reduce bandwidth measurement (default 1)
 #   TIME_LIMIT_S  per model: stop DVC after this many seconds and pack what finished (default 210)
 #   PROFILE       models whose ddp_2 and fsdp2_2 are also traced by the profile stage, for the share of
 #                 the step in NCCL kernels (default gpt2_124m; after the bench stages, inside the limit)
@@ -59,12 +61,14 @@ p["variants"] = {
     "fsdp2_2": {**recipe, "batch_size": 32, "parallel": "fsdp2", "nproc": 2, "fsdp_param_dtype": "bf16"},
     "ddp_1": {**recipe, "batch_size": 16, "parallel": "ddp", "nproc": 1},
 }
+# MORE_VARIANTS: more variants as knobs over the recipe, e.g. '{"ddp_2_b100": {"batch_size": 32, ...}}'.
+p["variants"].update({name: {**recipe, **spec} for name, spec in json.loads(os.environ.get("MORE_VARIANTS") or "{}").items()})
 keep = os.environ.get("VARIANTS", "").split()
 if keep:
     p["variants"] = {name: spec for name, spec in p["variants"].items() if name in keep}
 p["aggregate"]["baseline"] = "one_b16"
 profiled = os.environ.get("PROFILE", "gpt2_124m").split()
-p["profile"]["variants"] = ["ddp_2", "fsdp2_2"] if os.environ["MODEL"] in profiled else []
+p["profile"]["variants"] = [v for v in ("ddp_2", "fsdp2_2") if v in p["variants"] and os.environ["MODEL"] in profiled]
 p["profile"]["steps"] = 2
 # -S key=value overrides, as DVC would apply them through params.yaml.
 args = [a for a in sys.argv[1:] if a != "-S"]
@@ -86,8 +90,8 @@ PY
     echo "$model: dvc exit $status; packed $out/$model.tar.gz"
   ) || true
 done
-# All-reduce bus bandwidth between the GPUs, for the scaling model.
-python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpus" "$src/scripts/allreduce_bw.py" \
+# All-reduce bus bandwidth between the GPUs, for the scaling model (ALLREDUCE=0 skips it).
+[ "${ALLREDUCE:-1}" = 0 ] || python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpus" "$src/scripts/allreduce_bw.py" \
   "$out/allreduce_bw.json" 2>&1 | tee "$out/allreduce_log.txt" || true
 # The figures the README's scaling model reads, one line per variant.
 python3 - "$out" "$work" ${MODELS:-gpt2_124m gpt2_350m} <<'PY' | tee "$out/table.txt"

@@ -331,12 +331,15 @@ def test_gpu_processes_parses_nvidia_smi_and_says_none_without_it(monkeypatch: p
 
     def fake_run(cmd, **kw):
         seen.append((cmd, kw))
-        return types.SimpleNamespace(stdout="123\n456\nNo running processes found\n")
+        return types.SimpleNamespace(stdout="123, GPU-aa-01\n456, GPU-BB-02\n789, GPU-aa-01\nNo running processes found\n")
 
     monkeypatch.setattr(harness.subprocess, "run", fake_run)
-    assert harness.gpu_processes() == [123, 456]
+    assert harness.gpu_processes() == [123, 456, 789]
+    assert harness.gpu_processes("AA-01") == [123, 789]  # torch's UUID lacks the GPU- prefix; case differs
+    assert harness.gpu_processes("GPU-bb-02") == [456]
+    assert harness.gpu_processes("cc-03") == []
     cmd, kw = seen[0]
-    assert cmd == ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]
+    assert cmd == ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]
     assert kw["capture_output"] and kw["text"] and kw["check"] and kw["timeout"] == 10
 
     def missing(cmd, **kw):
@@ -358,16 +361,19 @@ def test_neighbours_on_a_gpu_leave_out_our_own_pids(monkeypatch: pytest.MonkeyPa
     import torch
 
     from benchlab import harness
-    monkeypatch.setattr(harness, "gpu_processes", lambda: [7, os.getpid(), os.getppid()])
+    monkeypatch.setattr(harness, "device_uuid", lambda device: "GPU-ours")
+    asked: list = []
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: (asked.append(uuid), [7, os.getpid(), os.getppid()])[1])
     jiffies = iter([(100, 1000), (150, 1100)])
     monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
     n = harness.Neighbours(torch.device("cuda"))
     n.start()
-    monkeypatch.setattr(harness, "gpu_processes", lambda: [9])
+    assert asked == ["GPU-ours"]  # only processes on our own GPU count
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: [9])
     facts = n.finish()
     assert facts["other_gpu_processes"] == [7, 9] and facts["cpu_busy_pct"] == pytest.approx(50.0)
     assert facts["cpu_busy_others_pct"] == pytest.approx(50.0 - facts["cpu_busy_ours_pct"])
-    monkeypatch.setattr(harness, "gpu_processes", lambda: None)  # nvidia-smi gone: we cannot tell
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: None)  # nvidia-smi gone: we cannot tell
     jiffies = iter([(0, 0), (0, 0)])
     n = harness.Neighbours(torch.device("cuda"))
     n.start()

@@ -18,7 +18,8 @@ from tests.conftest import micro_params
 CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
 V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
 A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True)
+H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
+                  cce=True)
 
 
 def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
@@ -43,6 +44,15 @@ def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
 def test_fused_loss_needs_liger_on_a_gpu() -> None:
     no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
     assert "pip install liger-kernel" in unsupported_reason(RunSettings(loss="fused"), no_liger)
+    assert unsupported_reason(RunSettings(loss="cce"), no_liger) is None
+
+
+def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
+    no_cce = DeviceFacts(**{**H200.__dict__, "cce": False})
+    assert "loss=cce needs cut-cross-entropy (pip install cut-cross-entropy)" in unsupported_reason(
+        RunSettings(loss="cce"), no_cce)
+    assert unsupported_reason(RunSettings(loss="fused"), no_cce) is None
+    assert unsupported_reason(RunSettings(loss="cce"), H200) is None
 
 
 @pytest.mark.parametrize("settings, words", [
@@ -50,6 +60,7 @@ def test_fused_loss_needs_liger_on_a_gpu() -> None:
     ({"precision": "tf32"}, "precision=tf32 is a CUDA tensor-core mode"),
     ({"fp8": True}, "fp8=true needs a GPU with float8 tensor cores"),
     ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
+    ({"loss": "cce"}, "loss=cce is a Triton kernel (cut-cross-entropy) that needs a CUDA GPU"),
     ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
     ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
 ])
@@ -59,7 +70,7 @@ def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) ->
 
 def test_cpu_runs_the_knobs_it_can() -> None:
     for settings in ({"precision": "bf16", "fused_adamw": True}, {"activation_checkpointing": "full"},
-                     {"loss": "chunked"}, {"compile": True}, {"grad_accum": 2}):
+                     {"loss": "chunked"}, {"loss": "inline"}, {"compile": True}, {"grad_accum": 2}):
         assert unsupported_reason(RunSettings(**settings), CPU) is None
     assert "needs a C++ compiler" in unsupported_reason(RunSettings(compile=True), DeviceFacts(kind="cpu"))
     assert device_facts(torch.device("cpu")).kind == "cpu"
@@ -81,7 +92,7 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"grad_accum": 3}, "grad_accum=3 is not valid; expected a divisor of the batch size 4"),
     ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
     ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
-    ({"loss": "focal"}, "expected one of: standard, chunked, fused"),
+    ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce"),
     ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:

@@ -113,6 +113,7 @@ def _loss_and_grads(settings: RunSettings, chunk: int | None = None, monkeypatch
     {"activation_checkpointing": "full"},
     {"activation_checkpointing": "selective"},
     {"loss": "chunked"},
+    {"loss": "inline"},
     {"grad_accum": 2},
     {"grad_accum": 4, "activation_checkpointing": "selective", "loss": "chunked"},
 ])
@@ -140,6 +141,54 @@ def test_chunked_loss_keeps_only_one_chunk_of_logits(monkeypatch: pytest.MonkeyP
     loss = chunked_cross_entropy(hidden, weight, targets, chunk=16)
     assert seen == [(16, 30), (16, 30), (16, 30), (2, 30)]
     assert float(loss) == pytest.approx(float(real(hidden @ weight.t(), targets)), rel=1e-6)
+
+
+def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
+    from benchlab.losses import LossOnly, loss_fn
+
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    wrapped: list[torch.nn.Module] = []
+    loss = loss_fn(model, "inline", lambda module: (wrapped.append(module), module)[1])
+    x = torch.randint(0, 32, (2, 8))
+    out = loss(x, x)
+    assert [type(m) for m in wrapped] == [LossOnly] and wrapped[0].model is model
+    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, x)[1]), rel=1e-6)
+
+
+@pytest.mark.parametrize("kind, module, attr", [
+    ("cce", "cut_cross_entropy", "linear_cross_entropy"),
+    ("fused", "liger_kernel.transformers", "LigerFusedLinearCrossEntropyLoss"),
+])
+def test_library_losses_get_hidden_states_weight_and_targets(kind: str, module: str, attr: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernels need CUDA; a stand-in library checks our wiring: which tensors, in which order and dtype,
+    # and (cut-cross-entropy) that gradient filtering is off, so gradients are the exact ones.
+    import sys
+    import types
+
+    from benchlab.losses import loss_fn
+
+    calls: list[tuple] = []
+
+    def kernel(*args: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        calls.append((args, kwargs))
+        weight, hidden, targets = args if kind == "fused" else (args[1], args[0], args[2])
+        return torch.nn.functional.cross_entropy(hidden @ weight.t(), targets)
+
+    fake = types.ModuleType(module)
+    setattr(fake, attr, kernel if kind == "cce" else lambda: kernel)
+    monkeypatch.setitem(sys.modules, module, fake)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    x = torch.randint(0, 32, (2, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = loss_fn(model, kind, lambda m: m)(x, x)
+    (args, kwargs), = calls
+    weight, hidden, targets = args if kind == "fused" else (args[1], args[0], args[2])
+    assert hidden.shape == (16, 16) and hidden.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16
+    assert weight.shape == (32, 16) and torch.equal(targets, x.flatten())
+    assert kwargs == ({"filter_eps": None} if kind == "cce" else {})
+    out.backward()
+    assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.dtype == torch.float32
 
 
 def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -> None:
