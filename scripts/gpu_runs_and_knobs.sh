@@ -12,7 +12,10 @@
 #
 #   scripts/gpu_runs_and_knobs.sh OUT_DIR
 #
-# Environment: SEED_LIMIT_S (default 555), KNOBS_LIMIT_S (350), PARITY_LIMIT_S (190), EXTRA (more
+# Environment: SEED and KNOBS (comma-separated variants of each job; KNOBS empty skips it),
+# PARITY_CORPUS_BYTES (build a corpus of that size from this machine's Python sources for the parity run,
+# scripts/bench_prepare.py; default: the embedded corpus, which 300 steps of 16 x 1024 tokens cycle 30 times),
+# SEED_LIMIT_S (default 555), KNOBS_LIMIT_S (350), PARITY_LIMIT_S (190), EXTRA (more
 # `-S key=value` overrides for every job, e.g. a tiny model for a CPU check of the plumbing),
 # plus whatever scripts/gpu_matrix.sh reads (BENCHLAB_GIT_COMMIT). Each job's output
 # goes to OUT_DIR/<run>/ (results.tar.gz and dvc_log.txt) and OUT_DIR/<run>.txt;
@@ -21,10 +24,10 @@ set -uo pipefail
 out=$(realpath "$1")
 mkdir -p "$out"
 here=$(dirname "$(realpath "$0")")
-seed=fp32_baseline,tf32,sdpa,fp16,bf16,fused_adamw,compile,recipe
+seed=${SEED:-fp32_baseline,tf32,sdpa,fp16,bf16,fused_adamw,compile,recipe}
 recipe='"precision": "bf16", "attention": "sdpa", "compile": true, "fused_adamw": true'
 candidates="{\"lean_cce\": {$recipe, \"activation_checkpointing\": \"full\", \"loss\": \"cce\"}}"
-knobs=fp32_baseline,recipe,lean_cce,loss_inline,loss_cce
+knobs=${KNOBS-fp32_baseline,recipe,lean_cce,loss_inline,loss_cce}
 parity=tf32,recipe,loss_inline,lean_cce
 targets() { tr ',' '\n' <<< "$1" | sed 's/^/bench@/' | tr '\n' ' '; }
 read -r -a extra <<< "${EXTRA:-}"  # more -S overrides for every job (a CPU check: a tiny model)
@@ -32,17 +35,23 @@ read -r -a extra <<< "${EXTRA:-}"  # more -S overrides for every job (a CPU chec
 seed_run() {  # one of the two seed-matrix runs on GPU 0
   CUDA_VISIBLE_DEVICES=0 VARIANTS=$seed TARGETS=$(targets $seed) TIME_LIMIT_S=${SEED_LIMIT_S:-555} \
     "$here/gpu_matrix.sh" "$out/$1" -S bench.repeats=3 -S bench.steps=15 -S bench.warmup_steps=5 \
-    -S eval.batches=2 "${extra[@]}" > "$out/$1.txt" 2>&1
+    -S eval.batches=2 -S aggregate.baseline="${seed%%,*}" "${extra[@]}" > "$out/$1.txt" 2>&1
 }
 gpu1() {
-  CUDA_VISIBLE_DEVICES=1 VARIANTS=$knobs MORE_VARIANTS=$candidates TARGETS=$(targets $knobs) \
+  [ -z "$knobs" ] || CUDA_VISIBLE_DEVICES=1 VARIANTS=$knobs MORE_VARIANTS=$candidates TARGETS=$(targets $knobs) \
     TIME_LIMIT_S=${KNOBS_LIMIT_S:-350} "$here/gpu_matrix.sh" "$out/knobs" -S bench.repeats=3 \
     -S eval.batches=4 -S aggregate.baseline=recipe "${extra[@]}" > "$out/knobs.txt" 2>&1
   CUDA_VISIBLE_DEVICES=1 VARIANTS=$parity MORE_VARIANTS=$candidates TARGETS=$(targets $parity) \
     TIME_LIMIT_S=${PARITY_LIMIT_S:-190} "$here/gpu_matrix.sh" "$out/parity" -S bench.repeats=1 \
     -S bench.steps=300 -S bench.warmup_steps=10 -S train.steps=300 -S eval.batches=8 \
-    -S aggregate.baseline=tf32 "${extra[@]}" > "$out/parity.txt" 2>&1
+    -S aggregate.baseline=tf32 "${corpus[@]}" "${extra[@]}" > "$out/parity.txt" 2>&1
 }
+corpus=()
+if [ -n "${PARITY_CORPUS_BYTES:-}" ]; then  # real text of this machine, so that 300 steps do not cycle the corpus
+  # Built before the jobs copy the tree, which then carries it into every scratch copy.
+  python3 "$here/bench_prepare.py" corpus data/corpus/parity.txt "$PARITY_CORPUS_BYTES" > "$out/parity_corpus.json"
+  corpus=(-S data.corpus=data/corpus/parity.txt -S data.tokenizer_sample_bytes=10000000)
+fi
 seed_run seed-b &
 sleep 3
 seed_run seed-c &
