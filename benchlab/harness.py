@@ -78,6 +78,18 @@ def peaks(device: torch.device) -> dict[str, float | None]:
     return {"peak_mem_allocated_mb": None, "peak_mem_reserved_mb": None, "peak_rss_mb": rss_kb / 1024}
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), or None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, after the command name
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -55,7 +55,9 @@ class RunRecord:
     lrs: list[float] = field(default_factory=list)
     step_ms: list[float] = field(default_factory=list)  # every step, warm-up included (device time on CUDA)
     warmup_steps: int = 0
+    setup_s: float | None = None  # wall time before the first step: building the model (a repeat: from process start)
     warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
+    eval_s: float | None = None  # wall time of the validation loss
     first_step_ms: float | None = None
     window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
     memory: dict = field(default_factory=dict)
@@ -261,9 +263,13 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     check_fits(data.val, p.train.block_size, "validation")
     run: TrainingRun | None = None
     try:
+        began = time.perf_counter()
         run = build(p, settings, data, device)
+        rec.setup_s = time.perf_counter() - began
         _loop(run, p, data, steps, warmup, rec, progress, on_step)
+        began = time.perf_counter()
         rec.val_loss = evaluate(run.model, p, data, device, run.autocast())
+        rec.eval_s = time.perf_counter() - began
         if keep_model:
             rec.run = run
     except Diverged as err:

@@ -30,6 +30,7 @@ from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
 from benchlab.errors import run_main
+from benchlab.harness import process_age_s
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, skipped_record, steps_csv
@@ -101,12 +102,15 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
 
 
 def repeat_cost(rec: RunRecord, wall_s: float) -> str:
-    """Where a repeat's wall time went: what a user plans a matrix's length by (start-up counts too)."""
+    """Where a repeat's wall time went: what a user plans a matrix's length by (start-up counts too).
+
+    The part not named is the process's exit and the parent's reading of its record."""
     parts = [f"{wall_s:.1f} s"]
-    if rec.warmup_s is not None:
-        parts.append(f"warm-up and compile {rec.warmup_s:.1f} s")
-    if rec.window_wall_ms is not None:
-        parts.append(f"timed {rec.window_wall_ms / 1000:.1f} s")
+    for label, seconds in (("start-up and build", rec.setup_s), ("warm-up and compile", rec.warmup_s),
+                           ("timed", None if rec.window_wall_ms is None else rec.window_wall_ms / 1000),
+                           ("evaluation", rec.eval_s)):
+        if seconds is not None:
+            parts.append(f"{label} {seconds:.1f} s")
     return ", ".join(parts)
 
 
@@ -120,8 +124,11 @@ def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
     if dist.launched():
         device = dist.init(device)
     try:
+        before = process_age_s()  # interpreter, imports, process group, CUDA context: what a fresh process pays
         rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,
                          progress=f"bench@{name}" if dist.rank() == 0 else None, keep_going=True)
+        if before is not None and rec.setup_s is not None:
+            rec.setup_s += before
         rec = combine_ranks(dist.gather(rec))
     finally:
         dist.teardown()

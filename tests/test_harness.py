@@ -137,3 +137,23 @@ def test_failed_repeat_fails_the_variant() -> None:
     rec = measured_record({"tokens_per_step": 1, "block_size": 16}, [bad], cfg, 1, 0.05)
     assert rec["status"] == "diverged" and rec["diverged_step"] == 3 and "tokens_per_sec" not in rec
     assert RunSettings().precision == "fp32"
+
+
+def test_process_age_counts_from_the_process_start() -> None:
+    import subprocess
+    import sys
+
+    from benchlab.harness import process_age_s
+    code = "import time; time.sleep(1.0); from benchlab.harness import process_age_s; print(process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 1.0 <= age < 30.0  # the sleep, plus the interpreter's start
+    mine = process_age_s()
+    assert mine is not None and mine > age - 30.0
+
+
+def test_a_repeat_line_names_where_its_wall_time_went() -> None:
+    from stages.bench import repeat_cost
+    rec = RunRecord(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
+    assert repeat_cost(rec, 16.6) == ("16.6 s, start-up and build 9.0 s, warm-up and compile 2.5 s, timed 3.6 s, "
+                                      "evaluation 0.4 s")
+    assert repeat_cost(RunRecord(status="oom"), 3.0) == "3.0 s"
