@@ -132,6 +132,17 @@ def test_two_ranks_train_as_one_process_and_rank_0_alone_writes(dist_workdir: Pa
     assert sorted(p.name for p in (dist_workdir / "steps").iterdir()) == sorted(f"{n}.csv" for n in ["fp32_baseline", *variants])
 
 
+def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Repeat mode (the child process of one repeat): setup_s is the time since the process started, not only the
+    # model's build, so that the repeat's line shows what a fresh process costs.
+    write_params(dist_workdir, {})
+    monkeypatch.setattr(bench, "process_age_s", lambda: 100.0)
+    record = dist_workdir / "rec.json"
+    run_main(bench.main, ["--variant", "fp32_baseline", "prep", "results", "steps", "--record-to", str(record)])
+    rec = RunRecord.from_json(record.read_text())
+    assert rec.status == "ok" and 100.0 < rec.setup_s < 160.0 and rec.eval_s is not None
+
+
 def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() -> None:
     """Compiled from outside, FSDP2's hooks broke the graph at every block (two H200s: 39% of DDP's tokens/s)."""
     from benchlab.optimize import compile_blocks, wrapper

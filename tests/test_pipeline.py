@@ -77,7 +77,9 @@ def ran(proc: subprocess.CompletedProcess) -> set[str]:
     return {line.split("'")[1] for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("Running stage '")}
 
 
-@pytest.fixture(scope="module")
+# Session scope: xdist may hand this worker another module's tests between these, and a module-scoped
+# fixture would then be torn down and the whole pipeline built again (80 s on two cores).
+@pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("lab")
     for name in COPY:
