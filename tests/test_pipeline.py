@@ -20,8 +20,8 @@ import yaml
 
 from tests.conftest import ROOT, micro_params
 
-# One xdist worker runs this whole module, so its DVC repository is built once.
-pytestmark = pytest.mark.xdist_group("e2e")
+# One xdist worker runs this whole module, so its DVC repository is built once: tests/conftest.py collects
+# these tests first, and xdist's first batch for the first worker holds them all.
 
 COPY = ["dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", ".dvc/plots", "stages", "benchlab", "model"]
 
@@ -77,11 +77,8 @@ def ran(proc: subprocess.CompletedProcess) -> set[str]:
     return {line.split("'")[1] for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("Running stage '")}
 
 
-# Session scope: xdist may hand this worker another module's tests between these, and a module-scoped
-# fixture would then be torn down and the whole pipeline built again (80 s on two cores).
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("lab")
+def build_lab(repo: Path) -> None:
+    """A scratch lab with the micro params, committed, reproduced once and committed again."""
     for name in COPY:
         src = ROOT / name
         if src.is_dir():
@@ -102,7 +99,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (repo / "first_repro.log").write_text(first.stdout)
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "first run")
-    return repo
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One lab for the module's tests; tests/conftest.py puts them first, so that one worker runs them all."""
+    lab = tmp_path_factory.mktemp("lab")
+    build_lab(lab)
+    return lab
 
 
 def test_repro_produces_every_declared_output(repo: Path) -> None:

@@ -216,8 +216,8 @@ def tiny_repo(repo: Path) -> None:
     )
 
 
-# One xdist worker runs this module, so the browser renders the pages once.
-pytestmark = pytest.mark.xdist_group("browser")
+# The pages are rendered once per worker that runs this module's tests (xdist's `load` schedule sends
+# consecutive tests to a worker, so usually one; xdist_group marks no longer pin it under pytest 9).
 
 
 @pytest.fixture(scope="module")
