@@ -160,6 +160,22 @@ def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() 
 
 
 @pytest.mark.slow
+def test_fsdp2_with_bf16_parameters_evaluates_as_one_bf16_process(dist_workdir: Path) -> None:
+    # On two H200s FSDP2 with bf16 parameters ended 0.059 nats lower in validation loss than one GPU at the same
+    # global batch (README "Past one GPU"). On CPU the same settings agree: the gap is not in how the lab evaluates
+    # a sharded model. bf16 rounds differently on two ranks, hence the wider tolerance.
+    bf16 = {"precision": "bf16", "attention": "sdpa"}
+    write_params(dist_workdir, {"one": bf16, "fsdp2": {**bf16, "parallel": "fsdp2", "nproc": 2, "fsdp_param_dtype": "bf16"}})
+    for name in ("one", "fsdp2"):
+        run_main(bench.main, ["--variant", name, "prep", "results", "steps"])
+    one = json.loads((dist_workdir / "results" / "one.json").read_text())
+    two = json.loads((dist_workdir / "results" / "fsdp2.json").read_text())
+    assert two["status"] == "ok" and two["world_size"] == 2, two.get("message")
+    assert two["val_loss"] == pytest.approx(one["val_loss"], abs=2e-3)
+    assert two["final_train_loss"] == pytest.approx(one["final_train_loss"], abs=2e-3)
+
+
+@pytest.mark.slow
 def test_fsdp2_with_compiled_blocks_trains_as_one_compiled_process(dist_workdir: Path) -> None:
     write_params(dist_workdir, {"one_c": {"compile": True}, "fsdp2_c": {"compile": True, "parallel": "fsdp2", "nproc": 2}})
     for name in ("one_c", "fsdp2_c"):
