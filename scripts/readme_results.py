@@ -352,19 +352,28 @@ def fastest_section() -> str:
         f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']}, {recipe['repeats']} fresh-process repeats of "
         f"{recipe['steps']} steps ({recipe['warmup_steps']} warm-up), one DVC run; {env['gpu']} (GPU 1 of `nvidia-h200-x2`), "
         f"torch {env['torch']}, {recipe['provenance.date_utc'][:10]}, source `{recipe['provenance.source_sha256'][:12]}` "
-        f"(files: `{run}/`). `loss_cce` alone was cut by the run's time limit.",
+        f"(files: `{run}/`). `loss_cce` alone was cut by the run's time limit. GPU 0 ran the seed-matrix runs "
+        "meanwhile (next section); "
+        + (f"records flagging interference (other processes kept the host's cores busy): "
+           f"{', '.join(n for n, r in rows.items() if r.get('interference_suspected'))}, by "
+           f"{max(r.get('cpu_busy_others_pct_max') or 0 for r in rows.values()):.0f}% of all cores at most."
+           if any(r.get("interference_suspected") for r in rows.values()) else "no record flags interference."),
         "",
         *table,
         "",
         f"- `fastest` runs {fast['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe, and their intervals "
-        f"{'do not overlap' if overlap(fast, recipe) != 'yes' else 'overlap'} (bar 1.10x: **missed**). It is not "
+        f"{'do not overlap' if overlap(fast, recipe) != 'yes' else 'overlap'} (bar 1.10x: **missed**)"
+        + ("; the recipe's record flags interference, so part of that gap may be the neighbours'" if
+           recipe.get("interference_suspected") and not fast.get("interference_suspected") else "")
+        + ". It is not "
         "profiled yet; the likely source is the logits: returned from the compiled graph they must be written out "
         "whole, kept inside it the compiler may fuse the cross-entropy with what produces them. The peak falls "
         f"from {recipe['peak_mem_allocated_mb']:,.0f} to {fast['peak_mem_allocated_mb']:,.0f} MiB.",
         f"- `lean_cce` holds {100 * lean['peak_mem_allocated_mb'] / fp32['peak_mem_allocated_mb']:.1f}% of the fp32 "
         f"baseline's peak in the same run (bar 10%: met) but runs at {lean['tokens_per_sec'] / recipe['tokens_per_sec']:.1%} "
-        "of the recipe (bar 85%: **missed**): with its gradient filter off, cut-cross-entropy's backward visits every "
-        "vocabulary block, and checkpointing reruns every block's forward. It also misses loss parity (below), so the "
+        "of the recipe (bar 85%: **missed**). It is not profiled; the likely causes are that with its gradient "
+        "filter off cut-cross-entropy's backward visits every vocabulary block, and that checkpointing reruns "
+        "every block's forward. It also misses loss parity (below), so the "
         "`lean` variant stays the one of `results/h200-knobs/recipe-lean` (above).",
         "",
         f"Learning parity: 300 steps from the same seed, one run each, on {corpus['corpus_bytes'] / 1e6:.0f} MB of real text "
