@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
+from statistics import mean
 from typing import get_args, get_type_hints
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,10 +304,6 @@ def runs_section() -> str:
 
 
 PARITY_TOLERANCE = 0.05  # nats, mean training loss over the last 50 of 300 steps, against tf32 (README says why)
-
-
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
 
 
 def step_losses(run: str, name: str) -> list[float]:
