@@ -29,6 +29,8 @@ DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
 Parallel = Literal["none", "ddp", "fsdp2"]
 ParamDtype = Literal["fp32", "bf16"]
+Float8 = Literal["none", "blocks", "head", "all"]
+AdamState = Literal["fp32", "8bit"]
 
 # Variant names become file names and DVC stage names; they must be plain
 # identifiers. They never reach a shell: stages learn their variant from
@@ -100,16 +102,30 @@ def _compile_mode_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | No
     return None
 
 
-def _fp8_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+def _fp8_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     """CPU; GPUs before compute capability 8.9; without torchao."""
-    if not value:
+    if value == "none":
         return None
     if d.kind == "cpu":
-        return "fp8=true needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU"
+        return (f"fp8={value} needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); "
+                "not on CPU")
     if (d.capability or (0, 0)) < (8, 9):
-        return f"fp8=true needs compute capability 8.9 or newer; {d.name} is {d.capability}"
+        return f"fp8={value} needs compute capability 8.9 or newer; {d.name} is {d.capability}"
     if not d.torchao:
-        return "fp8=true needs torchao (pip install torchao); or set fp8=false"
+        return f"fp8={value} needs torchao (pip install torchao); or set fp8=none"
+    return None
+
+
+def _adam_state_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """8bit: on CPU, without torchao, and beside fused_adamw (two optimizers asked for)."""
+    if value == "fp32":
+        return None
+    if s.fused_adamw:
+        return "adam_state=8bit is torchao's AdamW8bit, its own compiled step; set fused_adamw=false with it"
+    if d.kind == "cpu":
+        return "adam_state=8bit (torchao's AdamW8bit) is timed on CUDA GPUs only; use adam_state=fp32 on CPU"
+    if not d.torchao:
+        return "adam_state=8bit needs torchao (pip install torchao); or set adam_state=fp32"
     return None
 
 
@@ -167,10 +183,13 @@ class RunSettings:
         "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering)",
         "5. the loss head",
         _loss_skip)
-    fp8: bool = knob(
-        False, "float8 matmuls (torchao, tensorwise scaling) in every block's Linear layers; the output head stays bf16",
-        "3. swaps the blocks' Linear layers", _fp8_skip)
+    fp8: Float8 = knob(
+        "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
+        "tied output head only; all: both", "3. swaps the Linear layers", _fp8_skip)
     fused_adamw: bool = knob(False, "AdamW's fused kernel instead of the for-loop implementation", "6. the optimizer")
+    adam_state: AdamState = knob(
+        "fp32", "AdamW's two moments: fp32; 8bit: torchao's AdamW8bit (block-wise quantized moments, a quarter "
+        "of the memory)", "6. the optimizer", _adam_state_skip)
     compile: bool = knob(False, "torch.compile the model and its loss",
                          "5. torch.compile around model and loss head (under fsdp2: each block's forward, before "
                          "fully_shard)", _compile_skip)

@@ -5,7 +5,7 @@
 4. activation checkpointing of each block, 5. data parallelism: FSDP2's
 fully_shard on every block and on the model, or DDP around the loss head's
 module, 6. the loss head, wrapped whole by torch.compile (with its mode),
-7. the optimizer (for-loop or fused AdamW, over the sharded parameters),
+7. the optimizer (for-loop, fused or 8-bit AdamW, over the sharded parameters),
 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
@@ -66,11 +66,21 @@ def set_tf32(settings: RunSettings) -> None:
     torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
 
 
-def to_float8(model: GPT) -> None:
-    """The blocks' Linear layers compute in float8 (tensorwise scales); the tied output head stays as is."""
+# Which Linear layers `fp8` swaps, by their name in the model (torchao's module_filter_fn sees the fqn).
+FP8_LAYERS: dict[str, Callable[[str], bool]] = {
+    "blocks": lambda fqn: fqn.startswith("blocks."),
+    "head": lambda fqn: fqn == "lm_head",
+    "all": lambda fqn: fqn.startswith("blocks.") or fqn == "lm_head",
+}
+
+
+def to_float8(model: GPT, which: str) -> None:
+    """The chosen Linear layers compute in float8 (tensorwise scales). torchao's swap keeps the module's own
+    weight Parameter, so the output head stays tied to the token embedding."""
     from torchao.float8 import convert_to_float8_training
 
-    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn.startswith("blocks."))
+    chosen = FP8_LAYERS[which]
+    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: chosen(fqn))
 
 
 def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
@@ -102,16 +112,31 @@ def checkpoint_blocks(model: GPT, mode: str) -> None:
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
-    """AdamW with decay on matrices only (as GPT-2 trainers do); for-loop or fused kernel."""
+    """AdamW with decay on matrices only (as GPT-2 trainers do): for-loop, fused kernel, or torchao's 8-bit one
+    (its learning rate is a tensor, which `set_lr` fills)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    if settings.adam_state == "8bit":
+        from torchao.optim import AdamW8bit
+
+        return AdamW8bit(groups, lr=train.lr, betas=(0.9, 0.95))
     if settings.fused_adamw:
         return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), fused=True)
     # foreach=False: the plain per-parameter loop, the unoptimized baseline.
     return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), foreach=False, fused=False)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's learning rate; torchao's optimizers keep it as a tensor (so their step is not recompiled
+    when it changes) and refuse a plain float."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
@@ -206,8 +231,8 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     model = model.to(device)
     if device.type == "cuda":
         set_tf32(settings)
-    if settings.fp8:
-        to_float8(model)
+    if settings.fp8 != "none":
+        to_float8(model, settings.fp8)
     if settings.activation_checkpointing != "none":
         checkpoint_blocks(model, settings.activation_checkpointing)
     if settings.parallel != "none" and not torch.distributed.is_initialized():

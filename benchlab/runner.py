@@ -34,7 +34,7 @@ from benchlab.build import fresh_model
 from benchlab.config import Params, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
 from benchlab.errors import LabError
-from benchlab.optimize import TrainingRun, apply
+from benchlab.optimize import TrainingRun, apply, set_lr
 
 
 class Diverged(Exception):
@@ -208,8 +208,7 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             neighbours.start()
             t_window = time.perf_counter()
         lr = lr_at(step, steps, p)
-        for group in run.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(run.optimizer, lr)
         x, y = to_device(rank_slice(stream.next(), rank, world), device)
         clock.start()
         loss = train_step(run, x, y, p.train.grad_clip, settings.grad_accum)

@@ -1,5 +1,8 @@
 """The knob table: where each knob can run, what each bad combination gets, and that what is applied is applied."""
 
+import sys
+import types
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
@@ -10,7 +13,7 @@ from benchlab import optimize
 from benchlab.config import KNOBS, DeviceFacts, RunSettings, TrainParams, parse_params, unsupported_reason
 from benchlab.errors import LabError
 from benchlab.io import atomic_path, write_json
-from benchlab.optimize import apply, device_facts, make_optimizer
+from benchlab.optimize import apply, device_facts, make_optimizer, set_lr, to_float8
 from benchlab.runner import train_step
 from model.gpt import GPT, GPTConfig
 from tests.conftest import micro_params
@@ -30,15 +33,25 @@ def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
 
 def test_everything_allowed_on_a_hopper_gpu() -> None:
     for precision in ("fp32", "tf32", "fp16", "bf16"):
-        everything = RunSettings(precision=precision, attention="sdpa", fused_adamw=True, compile=True, fp8=True,
+        everything = RunSettings(precision=precision, attention="sdpa", fused_adamw=True, compile=True, fp8="all",
                                  compile_mode="reduce-overhead", loss="fused", activation_checkpointing="selective")
         assert unsupported_reason(everything, H200) is None
 
 
 def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
-    assert "compute capability 8.9 or newer" in unsupported_reason(RunSettings(fp8=True), A100)
+    assert "fp8=blocks needs compute capability 8.9 or newer" in unsupported_reason(RunSettings(fp8="blocks"), A100)
     no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
-    assert "pip install torchao" in unsupported_reason(RunSettings(fp8=True), no_torchao)
+    assert "fp8=head needs torchao (pip install torchao)" in unsupported_reason(RunSettings(fp8="head"), no_torchao)
+    assert unsupported_reason(RunSettings(fp8="none"), DeviceFacts(kind="cpu")) is None
+
+
+def test_8bit_adam_needs_torchao_on_a_gpu_and_no_fused_kernel_beside_it() -> None:
+    assert unsupported_reason(RunSettings(adam_state="8bit"), H200) is None
+    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
+    assert "adam_state=8bit needs torchao" in unsupported_reason(RunSettings(adam_state="8bit"), no_torchao)
+    assert "set fused_adamw=false with it" in unsupported_reason(RunSettings(adam_state="8bit", fused_adamw=True), H200)
+    assert "on CUDA GPUs only" in unsupported_reason(RunSettings(adam_state="8bit"), CPU)
+    assert unsupported_reason(RunSettings(adam_state="fp32", fused_adamw=True), H200) is None
 
 
 def test_fused_loss_needs_liger_on_a_gpu() -> None:
@@ -58,7 +71,8 @@ def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
 @pytest.mark.parametrize("settings, words", [
     ({"precision": "fp16"}, "precision=fp16 with loss scaling needs a CUDA GPU"),
     ({"precision": "tf32"}, "precision=tf32 is a CUDA tensor-core mode"),
-    ({"fp8": True}, "fp8=true needs a GPU with float8 tensor cores"),
+    ({"fp8": "blocks"}, "fp8=blocks needs a GPU with float8 tensor cores"),
+    ({"fp8": "all"}, "fp8=all needs a GPU with float8 tensor cores"),
     ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
     ({"loss": "cce"}, "loss=cce is a Triton kernel (cut-cross-entropy) that needs a CUDA GPU"),
     ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
@@ -116,6 +130,50 @@ def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
     decayed, plain = loop.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
+
+
+class _FakeAdamW8bit(torch.optim.AdamW):
+    """Stands in for torchao's AdamW8bit (CUDA only): like it, it keeps each group's learning rate as a tensor."""
+
+    def __init__(self, params: object, lr: float, betas: tuple[float, float]) -> None:
+        super().__init__(params, lr=torch.tensor(lr), betas=betas)
+
+
+def test_8bit_adam_is_torchaos_with_the_same_groups_and_a_tensor_learning_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    opt = make_optimizer(model, RunSettings(adam_state="8bit"), TrainParams(lr=0.25))
+    assert isinstance(opt, _FakeAdamW8bit) and opt.defaults["betas"] == (0.9, 0.95)
+    decayed, plain = opt.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    lr_tensor = decayed["lr"]
+    set_lr(opt, 0.5)
+    assert decayed["lr"] is lr_tensor and float(lr_tensor) == 0.5 and float(plain["lr"]) == 0.5
+    plain_opt = make_optimizer(model, RunSettings(), TrainParams())
+    set_lr(plain_opt, 0.125)
+    assert [g["lr"] for g in plain_opt.param_groups] == [0.125, 0.125]
+
+
+BLOCK0 = {"blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc", "blocks.0.mlp.proj"}
+
+
+@pytest.mark.parametrize("which, swapped", [
+    ("blocks", BLOCK0),
+    ("head", {"lm_head"}),
+    ("all", BLOCK0 | {"lm_head"}),
+])
+def test_fp8_swaps_the_chosen_linear_layers(which: str, swapped: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[set[str]] = []
+
+    def convert(model: torch.nn.Module, module_filter_fn: Callable[[torch.nn.Module, str], bool]) -> None:
+        seen.append({name for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear) and module_filter_fn(m, name)})
+
+    monkeypatch.setitem(sys.modules, "torchao.float8", types.SimpleNamespace(convert_to_float8_training=convert))
+    torch.manual_seed(0)
+    to_float8(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=64)), which)
+    assert seen == [swapped]
 
 
 def _tiny() -> GPT:
