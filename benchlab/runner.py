@@ -56,8 +56,10 @@ class RunRecord:
     step_ms: list[float] = field(default_factory=list)  # every step, warm-up included (device time on CUDA)
     warmup_steps: int = 0
     setup_s: float | None = None  # wall time before the first step: building the model (a repeat: from process start)
+    startup_s: float | None = None  # a repeat: the part of setup_s before the run began (interpreter, imports, CUDA)
     warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
     eval_s: float | None = None  # wall time of the validation loss
+    exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
     first_step_ms: float | None = None
     window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
     memory: dict = field(default_factory=dict)
@@ -347,7 +349,9 @@ def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) ->
         proc = subprocess.run([*cmd, "--record-to", str(out)], stdout=None, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=lifeline.die_with_parent)
         if proc.returncode == 0 and out.is_file():
-            return RunRecord.from_json(out.read_text())
+            rec = RunRecord.from_json(out.read_text())
+            rec.exit_s = max(0.0, time.time() - out.stat().st_mtime)  # the child's teardown after it wrote
+            return rec
         sys.stderr.write(proc.stderr)
         last = last_words(proc.stderr)
         if nproc:

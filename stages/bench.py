@@ -108,9 +108,11 @@ def repeat_cost(rec: RunRecord, wall_s: float) -> str:
     parts = [f"{wall_s:.1f} s"]
     for label, seconds in (("start-up and build", rec.setup_s), ("warm-up and compile", rec.warmup_s),
                            ("timed", None if rec.window_wall_ms is None else rec.window_wall_ms / 1000),
-                           ("evaluation", rec.eval_s)):
+                           ("evaluation", rec.eval_s), ("exit", rec.exit_s)):
         if seconds is not None:
             parts.append(f"{label} {seconds:.1f} s")
+            if label == "start-up and build" and rec.startup_s is not None:
+                parts[-1] += f" (of which interpreter, imports and device {rec.startup_s:.1f} s)"
     return ", ".join(parts)
 
 
@@ -129,6 +131,7 @@ def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
                          progress=f"bench@{name}" if dist.rank() == 0 else None, keep_going=True)
         if before is not None and rec.setup_s is not None:
             rec.setup_s += before
+            rec.startup_s = before
         rec = combine_ranks(dist.gather(rec))
     finally:
         dist.teardown()

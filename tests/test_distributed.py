@@ -141,6 +141,7 @@ def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monke
     run_main(bench.main, ["--variant", "fp32_baseline", "prep", "results", "steps", "--record-to", str(record)])
     rec = RunRecord.from_json(record.read_text())
     assert rec.status == "ok" and 100.0 < rec.setup_s < 160.0 and rec.eval_s is not None
+    assert rec.startup_s == 100.0 and rec.exit_s is None  # the exit is the parent's to see
 
 
 def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() -> None:

@@ -1,6 +1,7 @@
 """The harness's statistics, MFU and leak/steady-state checks, against numbers worked by hand."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from benchlab.config import RunSettings
 from benchlab.harness import StepClock
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.results import measured_record
-from benchlab.runner import RunRecord
+from benchlab.runner import RunRecord, repeat_in_fresh_process
 from model.gpt import GPT, GPTConfig
 
 
@@ -156,4 +157,20 @@ def test_a_repeat_line_names_where_its_wall_time_went() -> None:
     rec = RunRecord(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
     assert repeat_cost(rec, 16.6) == ("16.6 s, start-up and build 9.0 s, warm-up and compile 2.5 s, timed 3.6 s, "
                                       "evaluation 0.4 s")
+    rec = RunRecord(status="ok", setup_s=9.04, startup_s=6.12, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44,
+                    exit_s=5.96)
+    assert repeat_cost(rec, 22.6) == ("22.6 s, start-up and build 9.0 s (of which interpreter, imports and device "
+                                      "6.1 s), warm-up and compile 2.5 s, timed 3.6 s, evaluation 0.4 s, exit 6.0 s")
     assert repeat_cost(RunRecord(status="oom"), 3.0) == "3.0 s"
+
+
+def test_a_repeat_process_s_exit_is_timed_by_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in repeat: it writes its record, then takes 0.5 s to exit, as a process tearing down CUDA would.
+    (tmp_path / "slow_exit.py").write_text(
+        "import sys, time\n"
+        "open(sys.argv[sys.argv.index('--record-to') + 1], 'w').write('{\"status\": \"ok\", \"setup_s\": 1.5}')\n"
+        "time.sleep(0.5)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rec = repeat_in_fresh_process(["slow_exit"])
+    assert rec.status == "ok" and rec.setup_s == 1.5
+    assert rec.exit_s is not None and 0.45 < rec.exit_s < 5.0

@@ -39,19 +39,27 @@ def test_everything_allowed_on_a_hopper_gpu() -> None:
 
 
 def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
-    assert "fp8=blocks needs compute capability 8.9 or newer" in unsupported_reason(RunSettings(fp8="blocks"), A100)
+    assert unsupported_reason(RunSettings(fp8="blocks"), A100) == (
+        "fp8=blocks needs compute capability 8.9 or newer; NVIDIA A100 is (8, 0)")
     no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
-    assert "fp8=head needs torchao (pip install torchao)" in unsupported_reason(RunSettings(fp8="head"), no_torchao)
+    assert unsupported_reason(RunSettings(fp8="head"), no_torchao) == (
+        "fp8=head needs torchao (pip install torchao); or set fp8=none")
+    assert unsupported_reason(RunSettings(fp8="all"), CPU) == (
+        "fp8=all needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU")
+    assert unsupported_reason(RunSettings(fp8="head"), DeviceFacts(**{**H200.__dict__, "capability": (8, 9)})) is None
     assert unsupported_reason(RunSettings(fp8="none"), DeviceFacts(kind="cpu")) is None
 
 
 def test_8bit_adam_needs_torchao_on_a_gpu_and_no_fused_kernel_beside_it() -> None:
     assert unsupported_reason(RunSettings(adam_state="8bit"), H200) is None
     no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
-    assert "adam_state=8bit needs torchao" in unsupported_reason(RunSettings(adam_state="8bit"), no_torchao)
-    assert "set fused_adamw=false with it" in unsupported_reason(RunSettings(adam_state="8bit", fused_adamw=True), H200)
-    assert "on CUDA GPUs only" in unsupported_reason(RunSettings(adam_state="8bit"), CPU)
-    assert unsupported_reason(RunSettings(adam_state="fp32", fused_adamw=True), H200) is None
+    assert unsupported_reason(RunSettings(adam_state="8bit"), no_torchao) == (
+        "adam_state=8bit needs torchao (pip install torchao); or set adam_state=fp32")
+    assert unsupported_reason(RunSettings(adam_state="8bit", fused_adamw=True), H200) == (
+        "adam_state=8bit is torchao's AdamW8bit, its own compiled step; set fused_adamw=false with it")
+    assert unsupported_reason(RunSettings(adam_state="8bit"), CPU) == (
+        "adam_state=8bit (torchao's AdamW8bit) is timed on CUDA GPUs only; use adam_state=fp32 on CPU")
+    assert unsupported_reason(RunSettings(adam_state="fp32", fused_adamw=True), no_torchao) is None
 
 
 def test_fused_loss_needs_liger_on_a_gpu() -> None:
@@ -123,13 +131,17 @@ def test_a_bad_knob_in_a_variant_names_the_variant() -> None:
 
 def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    loop = make_optimizer(model, RunSettings(), TrainParams())
-    fused = make_optimizer(model, RunSettings(fused_adamw=True), TrainParams())
+    loop = make_optimizer(model, RunSettings(), TrainParams(lr=0.25))
+    fused = make_optimizer(model, RunSettings(fused_adamw=True), TrainParams(lr=0.25))
     assert loop.defaults["foreach"] is False and not loop.defaults["fused"]
     assert fused.defaults["fused"] is True
-    decayed, plain = loop.param_groups
-    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
-    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
+    for opt in (loop, fused):
+        assert opt.defaults["betas"] == (0.9, 0.95) and opt.defaults["lr"] == 0.25
+        decayed, plain = opt.param_groups
+        assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+        # Every parameter in exactly one group: the matrix decays, the LayerNorm's vectors do not.
+        assert [id(p) for p in decayed["params"]] == [id(model[0].weight)]
+        assert [id(p) for p in plain["params"]] == [id(model[0].bias), id(model[1].weight), id(model[1].bias)]
 
 
 class _FakeAdamW8bit(torch.optim.AdamW):
