@@ -427,7 +427,7 @@ def fastest_section() -> str:
         *ftable,
         "",
         f"- The float8 head takes {saved_matmul:.2f} ms per step off the matrix products (its three 768 x 50304 products "
-        f"run as float8 `qq` kernels) and adds {added_fused:.2f} ms of casting and scaling in fused Triton kernels; the "
+        f"run as float8 kernels, `qqtst` and `qrtst` in the kernel names) and adds {added_fused:.2f} ms of casting and scaling in fused Triton kernels; the "
         "`inline` loss removes the 0.5 ms bf16 fill of the logits' gradient; CUDA graphs remove the gaps between "
         "kernels, which the profile does not count.",
         "- `lean` pays for recomputing every block's forward (more matrix products and attention) and for the second micro-batch.",
