@@ -327,8 +327,8 @@ def parity_rows(run: str, names: list[str]) -> tuple[list[str], dict[str, float]
 
 
 def profile_families(variant: str) -> dict[str, float]:
-    text = read(f"results/h200-profiles/plots/profiles/{variant}_kernels.md")
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([a-z -]+) \| ([\d.]+) \| [\d.]+ \|$", text, re.M)}
+    block = family_table(f"results/h200-profiles/plots/profiles/{variant}_kernels.md")
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([a-z -]+) \| ([\d.]+) \| [\d.]+ \|$", block, re.M)}
 
 
 def fastest_section() -> str:
@@ -488,9 +488,14 @@ def small_section() -> str:
     ])
 
 
-def n_params(layers: int, width: int, vocab: int = 50304, context: int = 1024) -> int:
-    """GPT parameters of model/gpt.py: embeddings (the head is tied), blocks without biases, the final LayerNorm."""
-    return vocab * width + context * width + layers * (12 * width * width + 2 * width) + width
+def n_params(preset: str) -> int:
+    """The preset's parameter count, from the model itself (built on the meta device: no memory, no init cost)."""
+    import torch
+
+    from model.gpt import GPT, PRESETS
+
+    with torch.device("meta"):
+        return GPT(PRESETS[preset]).num_params(non_embedding=False)
 
 
 def x2_section() -> str:
@@ -516,13 +521,13 @@ def x2_section() -> str:
                          f"{r['tokens_per_sec'] / one['tokens_per_sec']:.3f}x | {r['step_ms_median']:.2f} | "
                          f"{max(r['peak_mem_per_rank_mb']):,.0f} | {r['val_loss']:.4f} |")
     one, ddp, fsdp = run4["one_b16"], run4["ddp_2b"], run4["fsdp2_2"]
-    shard_mib = {m: 8 * n / 2**20 for m, n in (("124M", n_params(12, 768)), ("350M", n_params(24, 1024)))}
+    shard_mib = {m: 8 * n / 2**20 for m, n in (("124M", n_params("gpt2_124m")), ("350M", n_params("gpt2_350m")))}
     saved = {"124M": max(ddp["peak_mem_per_rank_mb"]) - max(fsdp["peak_mem_per_rank_mb"]),
              "350M": max(big["ddp_2b"]["peak_mem_per_rank_mb"]) - max(big["fsdp2_2"]["peak_mem_per_rank_mb"])}
     spread = max(r.get("val_loss_repeat_spread") or 0 for r in (*run4.values(), *run5.values()) if r["world_size"] == 2)
     t_c, t_2 = one["step_ms_median"], ddp["step_ms_median"]
     exposed = t_2 - t_c
-    grad_gb = 4 * n_params(12, 768) / 1e9  # fp32 gradients, the bytes DDP all-reduces
+    grad_gb = 4 * n_params("gpt2_124m") / 1e9  # fp32 gradients, the bytes DDP all-reduces
     t_ar2 = grad_gb / bw[64] * 1000  # ms at the 64 MB message's bus bandwidth (near DDP's 100 MiB buckets)
     f = 1 - exposed / t_ar2
 
