@@ -89,6 +89,7 @@ CASES = [
     ("compile mode without compile", set_params(compile_mode="reduce-overhead"), ENV, "expected default unless compile=true"),
     ("accumulation that does not divide the batch", set_params(grad_accum=3), ENV, "grad_accum=3 is not valid"),
     ("fp8 given as a switch", set_params(fp8=True), ENV, "fp8=True is not valid; expected one of: none, blocks, head, all"),
+    ("unknown optimizer state", set_params(adam_state="4bit"), ENV, "adam_state='4bit' is not valid; expected one of: fp32, 8bit"),
     ("unknown lock mode", set_params(bench__lock="steal"), ENV, "bench.lock='steal' is not valid; expected one of: wait, fail"),
     ("unknown attention", set_params(attention="flash"), ENV, "expected one of: manual, sdpa"),
     ("unknown model", set_params(model="gpt5"), ENV, "model='gpt5' is not valid; expected tiny, gpt_small, gpt2_124m, gpt2_350m"),
