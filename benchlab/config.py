@@ -22,13 +22,14 @@ from benchlab.errors import LabError
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
-CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
 Checkpointing = Literal["none", "full", "selective"]
 LossKind = Literal["standard", "inline", "chunked", "fused", "cce"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
 Parallel = Literal["none", "ddp", "fsdp2"]
 ParamDtype = Literal["fp32", "bf16"]
+CommHook = Literal["none", "bf16"]
 Float8 = Literal["none", "blocks", "head", "all"]
 AdamState = Literal["fp32", "8bit"]
 
@@ -96,7 +97,7 @@ def _compile_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _compile_mode_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """reduce-overhead, max-autotune-no-cudagraphs: on CPU."""
+    """reduce-overhead, max-autotune-no-cudagraphs, max-autotune: on CPU."""
     if value != "default" and d.kind == "cpu":
         return f"compile_mode={value} tunes or graphs CUDA kernels; on CPU use compile_mode=default"
     return None
@@ -139,6 +140,13 @@ def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
         return f"loss={value} is a Triton kernel ({name}) that needs a CUDA GPU; use loss=chunked on CPU"
     if not installed:
         return f"loss={value} needs {name} (pip install {name}); or use loss=chunked"
+    return None
+
+
+def _comm_hook_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """bf16: on CPU (torch's bf16_compress_hook refuses gloo)."""
+    if value == "bf16" and d.kind == "cpu":
+        return "ddp_comm_hook=bf16 is torch's bf16_compress_hook, which needs NCCL on CUDA GPUs; on CPU use ddp_comm_hook=none"
     return None
 
 
@@ -194,7 +202,8 @@ class RunSettings:
                          "5. torch.compile around model and loss head (under fsdp2: each block's forward, before "
                          "fully_shard)", _compile_skip)
     compile_mode: CompileMode = knob(
-        "default", "torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs",
+        "default", "torch.compile mode: default; reduce-overhead (CUDA graphs); max-autotune-no-cudagraphs "
+        "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
         "5. torch.compile", _compile_mode_skip)
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
@@ -215,6 +224,10 @@ class RunSettings:
     ddp_grad_as_bucket_view: bool = knob(
         False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
         "5. DDP")
+    ddp_comm_hook: CommHook = knob(
+        "none", "DDP's gradient all-reduce: none (in fp32, the gradients' dtype); bf16: torch's bf16_compress_hook "
+        "(each bucket cast to bf16 for the all-reduce, half the bytes, then back to fp32)", "5. DDP",
+        _comm_hook_skip)
     fsdp_reshard_after_forward: bool = knob(
         True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
               "keeps them until backward, trading memory for one all-gather per block", "5. fully_shard")
@@ -420,8 +433,9 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(batch % (s.nproc * s.grad_accum) == 0, f"{where}nproc", s.nproc,
            f"a count whose product with grad_accum={s.grad_accum} divides the global batch size {batch}")
     _check(s.ddp_bucket_mb >= 1, f"{where}ddp_bucket_mb", s.ddp_bucket_mb, "1 or more (MiB)")
-    _check(s.parallel == "ddp" or (s.ddp_bucket_mb == 25 and not s.ddp_grad_as_bucket_view),
-           f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb or ddp_grad_as_bucket_view is set")
+    _check(s.parallel == "ddp" or (s.ddp_bucket_mb == 25 and not s.ddp_grad_as_bucket_view
+                                   and s.ddp_comm_hook == "none"),
+           f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set")
     _check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"),
            f"{where}parallel", s.parallel, "fsdp2 when fsdp_reshard_after_forward or fsdp_param_dtype is set")
     _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,

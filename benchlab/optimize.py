@@ -179,14 +179,22 @@ def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
     register_fsdp_forward_method(model, "features")
 
 
-def ddp(settings: RunSettings, device: torch.device) -> "partial[nn.Module]":
-    """DistributedDataParallel with the run's bucket size; the model's buffers (attention masks) never change,
-    so they are not broadcast every step."""
+def ddp(settings: RunSettings, device: torch.device) -> Callable[[nn.Module], nn.Module]:
+    """DistributedDataParallel with the run's bucket size and communication hook; the model's buffers (attention
+    masks) never change, so they are not broadcast every step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    return partial(DistributedDataParallel, device_ids=[device.index] if device.type == "cuda" else None,
-                   bucket_cap_mb=settings.ddp_bucket_mb, gradient_as_bucket_view=settings.ddp_grad_as_bucket_view,
-                   broadcast_buffers=False)
+    def wrap(module: nn.Module) -> nn.Module:
+        wrapped = DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=settings.ddp_bucket_mb,
+            gradient_as_bucket_view=settings.ddp_grad_as_bucket_view, broadcast_buffers=False)
+        if settings.ddp_comm_hook == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+            wrapped.register_comm_hook(None, bf16_compress_hook)  # state None: the default process group
+        return wrapped
+
+    return wrap
 
 
 def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module], nn.Module]":

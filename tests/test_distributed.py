@@ -60,6 +60,10 @@ def test_parallel_none_takes_one_process_and_says_which_key() -> None:
     data["variants"]["odd"] = {"parallel": "ddp", "fsdp_param_dtype": "bf16"}
     with pytest.raises(LabError, match=r"variants.odd.parallel='ddp' is not valid; expected fsdp2 when"):
         parse_params(data)
+    data["variants"]["odd"] = {"parallel": "fsdp2", "ddp_comm_hook": "bf16"}
+    with pytest.raises(LabError, match=r"^variants.odd.parallel='fsdp2' is not valid; expected ddp when ddp_bucket_mb, "
+                                       r"ddp_grad_as_bucket_view or ddp_comm_hook is set$"):
+        parse_params(data)
 
 
 def test_more_ranks_than_gpus_or_cores_is_skipped_with_the_reason() -> None:
@@ -130,6 +134,32 @@ def test_two_ranks_train_as_one_process_and_rank_0_alone_writes(dist_workdir: Pa
     # One result and one step file per variant, no second writer's copies or temporaries.
     assert sorted(p.name for p in (dist_workdir / "results").iterdir()) == sorted(f"{n}.json" for n in ["fp32_baseline", *variants])
     assert sorted(p.name for p in (dist_workdir / "steps").iterdir()) == sorted(f"{n}.csv" for n in ["fp32_baseline", *variants])
+
+
+class _FakeDDP:
+    """Stands in for DistributedDataParallel (whose bf16 hook needs NCCL): records what it was given."""
+
+    def __init__(self, module: torch.nn.Module, **kwargs: object) -> None:
+        self.module, self.kwargs, self.hooks = module, kwargs, []
+
+    def register_comm_hook(self, state: object, hook: object) -> None:
+        self.hooks.append((state, hook))
+
+
+@pytest.mark.parametrize("hook", ["none", "bf16"])
+def test_ddp_wraps_with_the_run_s_buckets_and_comm_hook(hook: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+    from benchlab.optimize import ddp
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", _FakeDDP)
+    settings = RunSettings(parallel="ddp", nproc=2, ddp_bucket_mb=100, ddp_grad_as_bucket_view=True, ddp_comm_hook=hook)
+    module = torch.nn.Linear(2, 2)
+    wrapped = ddp(settings, torch.device("cpu"))(module)
+    assert wrapped.module is module
+    assert wrapped.kwargs == {"device_ids": None, "bucket_cap_mb": 100, "gradient_as_bucket_view": True,
+                              "broadcast_buffers": False}
+    assert wrapped.hooks == ([(None, bf16_compress_hook)] if hook == "bf16" else [])
 
 
 def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,6 +85,8 @@ def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
     ({"loss": "cce"}, "loss=cce is a Triton kernel (cut-cross-entropy) that needs a CUDA GPU"),
     ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
     ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
+    ({"compile": True, "compile_mode": "max-autotune"}, "compile_mode=max-autotune tunes or graphs CUDA kernels"),
+    ({"parallel": "ddp", "ddp_comm_hook": "bf16"}, "bf16_compress_hook, which needs NCCL on CUDA GPUs"),
 ])
 def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) -> None:
     assert words in unsupported_reason(RunSettings(**settings), CPU)
