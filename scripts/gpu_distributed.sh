@@ -20,8 +20,9 @@
 #   MORE_VARIANTS JSON object of more variants, each as knobs over the recipe
 #   ALLREDUCE     0 skips the all-reduce bandwidth measurement (default 1)
 #   TIME_LIMIT_S  per model: stop DVC after this many seconds and pack what finished (default 210)
-#   PROFILE       models whose ddp_2 and fsdp2_2 are also traced by the profile stage, for the share of
+#   PROFILE       models whose PROFILE_VARIANTS are also traced by the profile stage, for the share of
 #                 the step in NCCL kernels (default gpt2_124m; after the bench stages, inside the limit)
+#   PROFILE_VARIANTS  space-separated variants to trace (default: ddp_2 fsdp2_2)
 #   RECIPE        JSON of the recipe's knobs (default the public recipe; a CPU check may pass
 #                 '{"precision": "fp32", "attention": "sdpa"}' to skip compilation)
 # OUT_DIR gets <model>.tar.gz (params, dvc.lock, metrics, plots), <model>_log.txt,
@@ -68,7 +69,8 @@ if keep:
     p["variants"] = {name: spec for name, spec in p["variants"].items() if name in keep}
 p["aggregate"]["baseline"] = "one_b16"
 profiled = os.environ.get("PROFILE", "gpt2_124m").split()
-p["profile"]["variants"] = [v for v in ("ddp_2", "fsdp2_2") if v in p["variants"] and os.environ["MODEL"] in profiled]
+traced = os.environ.get("PROFILE_VARIANTS", "ddp_2 fsdp2_2").split()
+p["profile"]["variants"] = [v for v in traced if v in p["variants"] and os.environ["MODEL"] in profiled]
 p["profile"]["steps"] = 2
 # -S key=value overrides, as DVC would apply them through params.yaml.
 args = [a for a in sys.argv[1:] if a != "-S"]
