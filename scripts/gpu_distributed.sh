@@ -87,6 +87,7 @@ PY
     status=0
     timeout --signal=KILL "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate $(grep -q "variants: \[\]" params.yaml || echo profile) 2>&1 \
       | tee "$out/${model}_log.txt" || status=$?
+    . "$src/scripts/stop_leftovers.sh" && stop_leftovers "$repo"
     tar czf "$out/$model.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null \
       || tar czf "$out/$model.tar.gz" params.yaml metrics plots
     echo "$model: dvc exit $status; packed $out/$model.tar.gz"

@@ -60,6 +60,7 @@ read -r -a targets <<< "${TARGETS:-}"
 if [ -n "${TIME_LIMIT_S:-}" ]; then
   # KILL, not INT: DVC's --keep-going would treat an interrupted stage as one failure and go on.
   timeout --signal=KILL "$TIME_LIMIT_S" python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
+  . "$src/scripts/stop_leftovers.sh" && stop_leftovers .
 else
   python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
 fi
