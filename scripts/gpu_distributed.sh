@@ -85,9 +85,13 @@ yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
 PY
     git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
     status=0
-    timeout --signal=KILL "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate $(grep -q "variants: \[\]" params.yaml || echo profile) 2>&1 \
-      | tee "$out/${model}_log.txt" || status=$?
+    # Into the log file, not through `| tee`: after the time limit's KILL, torchrun's ranks would keep a pipe's
+    # write end open and the pipeline would wait for them (on 2026-11-30 a call overran its limit so, and its
+    # results were never packed).
+    timeout --signal=KILL "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate \
+      $(grep -q "variants: \[\]" params.yaml || echo profile) > "$out/${model}_log.txt" 2>&1 || status=$?
     . "$src/scripts/stop_leftovers.sh" && stop_leftovers "$repo"
+    grep -E "^(bench|profile)@[A-Za-z0-9_]+:|^\| |^ERROR|^error" "$out/${model}_log.txt" | grep -v "%|" || true
     tar czf "$out/$model.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null \
       || tar czf "$out/$model.tar.gz" params.yaml metrics plots
     echo "$model: dvc exit $status; packed $out/$model.tar.gz"
