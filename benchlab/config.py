@@ -23,6 +23,9 @@ from benchlab.errors import LabError
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+# The compile modes that capture CUDA graphs: their memory pools escape the allocator's peak, and each step must
+# tell the graphs a new iteration began.
+CUDA_GRAPH_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 Checkpointing = Literal["none", "full", "selective"]
 LossKind = Literal["standard", "inline", "chunked", "fused", "cce"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from typing import Any
 
 from benchlab import stats
-from benchlab.config import Params, RunSettings
+from benchlab.config import CUDA_GRAPH_MODES, Params, RunSettings
 from benchlab.io import flat
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.runner import RunRecord
@@ -112,7 +112,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "steady_state_ok": max(gaps) <= steady_tolerance,
         **{k: _max_or_none(runs, k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb")},
         # CUDA graphs allocate from private pools that the allocated peak does not see.
-        "peak_mem_allocated_comparable": base.get("compile_mode") != "reduce-overhead",
+        "peak_mem_allocated_comparable": base.get("compile_mode") not in CUDA_GRAPH_MODES,
         "mem_growth_mb": growth,
         # Judged on CUDA only, where the allocator counts tensor bytes exactly;
         # a CPU's resident set grows with the C allocator's caching too.

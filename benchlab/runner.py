@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from benchlab import dist, harness, lifeline
 from benchlab.build import fresh_model
-from benchlab.config import Params, RunSettings
+from benchlab.config import CUDA_GRAPH_MODES, Params, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
 from benchlab.errors import LabError
 from benchlab.optimize import TrainingRun, apply, set_lr
@@ -102,7 +102,7 @@ def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: fl
     """One optimizer step over a batch split into `micro_batches`; returns the batch's mean loss (detached)."""
     total: torch.Tensor | None = None
     for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
-        if run.settings.compile_mode == "reduce-overhead":
+        if run.settings.compile_mode in CUDA_GRAPH_MODES:
             torch.compiler.cudagraph_mark_step_begin()  # the graphs' outputs of the last step may be reused
         with run.autocast():
             loss = run.loss(xs, ys) / micro_batches

@@ -17,7 +17,7 @@ from typing import get_args, get_type_hints
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchlab.config import RunSettings  # noqa: E402  (the knob table lives there)
+from benchlab.config import CUDA_GRAPH_MODES, RunSettings  # noqa: E402  (the knob table lives there)
 
 
 # Where result files are read from: the working tree, or the last commit (`--check`'s second look).
@@ -342,7 +342,7 @@ def fastest_section() -> str:
     head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     what = {"recipe": "the public recipe", "loss_inline": "the recipe, only the loss leaves the compiled region",
-            "fast_fp8h": "`loss_inline` + the output head in float8", "fast_fp8h_cg": "**`fastest`**: `fast_fp8h` + CUDA graphs",
+            "fast_fp8h": "`loss_inline` + the output head in float8", "fast_fp8h_cg": "`fast_fp8h` + CUDA graphs (then `fastest`)",
             "lean_inline8": "full checkpointing, `inline` loss, 8-bit AdamW",
             "lean_liger8": "full checkpointing, liger's fused loss, 8-bit AdamW",
             "lean_cce": "full checkpointing, cut-cross-entropy", "lean": "**`lean`**: full checkpointing, chunked loss, 2 micro-batches"}
@@ -353,12 +353,12 @@ def fastest_section() -> str:
             return f"{100 * r['peak_mem_reserved_mb'] / fp32_peak:.1f}% (reserved)"
         return f"{100 * r['peak_mem_allocated_mb'] / fp32_peak:.1f}%"
 
-    def rows_of(run_rows: dict, names: list[str]) -> list[str]:
+    def rows_of(run_rows: dict, names: list[str], labels: dict[str, str] = what) -> list[str]:
         recipe = run_rows["recipe"]
         out = []
         for name in names:
             r = run_rows[name]
-            out.append(f"| {name} | {what[name]} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
+            out.append(f"| {name} | {labels[name]} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
                        f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.3f} | {r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | "
                        f"{r['peak_mem_allocated_mb']:,.0f} | {r['peak_mem_reserved_mb']:,.0f} | "
                        f"{share_of_fp32(r)} | {r['val_loss']:.4f} |")
@@ -368,7 +368,8 @@ def fastest_section() -> str:
     families = {v: profile_families(v) for v in ("recipe", "fast_fp8h", "fastest", "lean")}
     order = sorted(families["recipe"], key=lambda k: -families["recipe"][k])
     order += [k for v in families.values() for k in v if k not in order]
-    ftable = ["| family (device ms per step) | recipe | fast_fp8h | fastest | lean |", "| --- | --- | --- | --- | --- |"]
+    ftable = ["| family (device ms per step) | recipe | fast_fp8h | fast_fp8h + CUDA graphs (then `fastest`) | lean |",
+              "| --- | --- | --- | --- | --- |"]
     for fam in dict.fromkeys(order):
         ftable.append(f"| {fam} | " + " | ".join(f"{families[v].get(fam, 0.0):.2f}" for v in families) + " |")
     ftable.append("| **all kernels** | " + " | ".join(f"**{sum(families[v].values()):.2f}**" for v in families) + " |")
@@ -405,13 +406,15 @@ def fastest_section() -> str:
         "",
         f"The last two rows come from earlier runs (`{old_run}/`, `results/h200-knobs/recipe-lean/`), each beside its own recipe; "
         "`vs recipe` is against that one. Under CUDA graphs the allocator's peak misses the graphs' private pool "
-        f"(`fastest`: {fastest['peak_mem_allocated_mb']:,.0f} MiB allocated, {fastest['peak_mem_reserved_mb']:,.0f} MiB reserved); "
+        f"(`fast_fp8h_cg`: {fastest['peak_mem_allocated_mb']:,.0f} MiB allocated, {fastest['peak_mem_reserved_mb']:,.0f} MiB reserved); "
         "its record says so (`peak_mem_allocated_comparable: false`), and its share of fp32's peak is taken from the reserved figure. "
         f"`lean_inline8`'s record flags interference (other processes busy on the host's cores), and its repeats spread widely.",
         "",
-        f"- **`fastest` = {fastest['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe** in the same run, intervals "
-        f"{'not overlapping' if overlap(fastest, recipe) != 'yes' else 'overlapping'} (bar 1.10x: **missed**; goal 1.20x). Without CUDA "
+        f"- `fast_fp8h_cg` = {fastest['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe in the same run, intervals "
+        f"{'not overlapping' if overlap(fastest, recipe) != 'yes' else 'overlapping'}. Without CUDA "
         f"graphs `fast_fp8h` reaches {fp8h['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x with a tighter interval.",
+        "",
+        *autotune_paragraph(),
         f"- **`lean`** stays full checkpointing + chunked loss + 2 micro-batches: {lean['peak_mem_allocated_mb']:,.0f} MiB "
         f"({best_lean_pct:.1f}% of fp32's peak above, {100 * lean['peak_mem_allocated_mb'] / load(FP32_PEAK_MB[0])[FP32_PEAK_MB[1]]:.1f}% "
         f"of the earlier fp32 run's in `results/h200/`; bar 10%: **missed**) at {lean['tokens_per_sec'] / recipe_lean['recipe']['tokens_per_sec']:.1%} "
@@ -447,7 +450,8 @@ def fastest_section() -> str:
         f"Tolerance: {PARITY_TOLERANCE} nats on the last 50 steps' mean training loss against tf32 (fp32 is 3.7x slower "
         "and TF32 matmuls are what the public recipe keeps for fp32 work). Why that much: bf16 autocast itself "
         f"costs the recipe {g1['recipe']:+.3f} here, and the recipe is the accepted reference; a variant may stray as far "
-        f"again, but not further. `fastest` computes the function of `fast_fp8h` (CUDA graphs replay the same kernels). "
+        f"again, but not further. `fastest` computes the function of `fast_fp8h` (CUDA graphs replay its kernels; "
+        "autotuning picks other kernels for the same products, which round differently but no more coarsely). "
         f"Its float8 head ends {g2['fast_fp8h']:+.3f} from tf32: within the tolerance, but on the other side of it from the "
         "recipe, and its curve strays further in the middle of the run (largest 25-step gap above); a longer run would "
         "tell whether that is noise or a different path.",
@@ -457,6 +461,63 @@ def fastest_section() -> str:
         f"{small['tf32']['final_train_loss']:.2f} for tf32 against {small['recipe']['final_train_loss']:.2f} for the recipe "
         "(`results/h200-parity/small-corpus/`). Parity needs text the run does not repeat.",
     ])
+
+
+def repeat_warmups(run: str, name: str) -> list[float]:
+    """Each repeat's warm-up seconds (compilation included), as the run's DVC log printed them."""
+    pattern = re.compile(rf"^bench@{name} \(variant \d+ of \d+\) repeat \d+/\d+: ok .*?warm-up and compile ([\d.]+) s", re.M)
+    return [float(x) for x in pattern.findall(read(f"{run}/dvc_log.txt"))]
+
+
+def autotune_paragraph() -> list[str]:
+    """`fastest` as it is now (max-autotune) beside the recipe and the CUDA-graph candidate, one run on one GPU; the
+    recipe with max-autotune alone on the other GPU of the same machine."""
+    run, run_b = "results/h200-knobs/max-autotune", "results/h200-knobs/max-autotune-b"
+    rows, rows_b = variants(run), variants(run_b)
+    recipe, fast, old = rows["recipe"], rows["fast_ma"], rows["fastest"]
+    labels = {"recipe": "the public recipe", "fastest": "`fast_fp8h` + CUDA graphs (`fastest` when this ran)",
+              "fast_ma": "**`fastest`**: `fast_fp8h` + `compile_mode: max-autotune`",
+              "recipe_ma": "the recipe + `compile_mode: max-autotune`"}
+    head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    fast_w, recipe_w, plain_w = (repeat_warmups(run, "fast_ma"), repeat_warmups(run_b, "recipe_ma"),
+                                 repeat_warmups(run, "recipe"))
+    return [
+        f"**`fastest` now** (`{run}/`, GPU 0, and `{run_b}/`, GPU 1 of the same `nvidia-h200-x2`, run side by side, "
+        f"{recipe['provenance.date_utc'][:10]}, source `{recipe['provenance.source_sha256'][:12]}`; same model, batch "
+        "and repeats as above). `max-autotune` adds to CUDA graphs the benchmarking of Triton templates for every "
+        "matrix product and coordinate-descent tuning of the Triton kernels' launch configurations:",
+        "",
+        *head, *rows_of_labels(rows, ["recipe", "fastest", "fast_ma"], labels),
+        *rows_of_labels(rows_b, ["recipe", "recipe_ma"], labels),
+        "",
+        f"- **`fastest` = {fast['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe** in the same run, intervals "
+        f"{'not overlapping' if overlap(fast, recipe) != 'yes' else 'overlapping'} (bar 1.10x: **missed**; goal 1.20x), and "
+        f"{fast['tokens_per_sec'] / old['tokens_per_sec']:.3f}x the CUDA-graph candidate beside it. On the recipe alone "
+        f"`max-autotune` loses ({rows_b['recipe_ma']['tokens_per_sec'] / rows_b['recipe']['tokens_per_sec']:.3f}x its "
+        "recipe), so what it gains comes with the float8 head and the inline loss; no profile of it was taken, so "
+        "which kernels gained is not measured.",
+        f"- The price is compilation: the first repeat's warm-up took {fast_w[0]:.0f} s (`fast_ma`) and "
+        f"{recipe_w[0]:.0f} s (`recipe_ma`) against {plain_w[0]:.0f} s for the recipe; later repeats read the autotuning "
+        f"cache ({', '.join(f'{w:.0f}' for w in fast_w[1:])} s). The third candidate, `max-autotune-no-cudagraphs`, "
+        "was cut by the study's time limit while it autotuned.",
+    ]
+
+
+def rows_of_labels(run_rows: dict, names: list[str], labels: dict[str, str]) -> list[str]:
+    """Rows of a knob table without the share of fp32's peak (no fp32 run beside them). Under CUDA graphs the
+    allocated peak misses the graphs' pools; judged from the mode, since the records of max-autotune made before
+    2026-12-01 say `peak_mem_allocated_comparable: true`, wrongly."""
+    recipe = run_rows["recipe"]
+
+    def allocated(r: dict) -> str:
+        hidden = r["compile_mode"] in CUDA_GRAPH_MODES
+        return f"{r['peak_mem_allocated_mb']:,.0f}" + (" (graph pools not seen)" if hidden else "")
+
+    return [f"| {name} | {labels[name]} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
+            f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.3f} | {r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | "
+            f"{allocated(r)} | {r['peak_mem_reserved_mb']:,.0f} | – | {r['val_loss']:.4f} |"
+            for name, r in ((n, run_rows[n]) for n in names)]
 
 
 def small_section() -> str:

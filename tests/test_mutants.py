@@ -228,6 +228,10 @@ def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
     assert rec["mem_growth_mb"] == 0.0 and rec["leak_suspected"] is None and rec["peak_rss_mb"] == 300.0
     assert rec["peak_mem_per_rank_mb"] is None and rec["interference_suspected"] is None
     assert "cpu_busy_others_pct_max" not in rec and rec["peak_mem_allocated_comparable"] is True
+    # Every mode that captures CUDA graphs hides their pools from the allocated peak; autotuning alone does not.
+    for mode, comparable in (("max-autotune", False), ("max-autotune-no-cudagraphs", True), ("reduce-overhead", False)):
+        assert measured_record({**base, "compile_mode": mode}, [run], cfg, 1000, 0.1)["peak_mem_allocated_comparable"] \
+            is comparable, mode
     bad = RunRecord(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, 2.0, math.nan])
     failed = measured_record(base, [bad], cfg, 1000, 0.05)
     assert failed == {**base, "repeats": 1, "steps": 3, "warmup_steps": 0, "status": "diverged",

@@ -215,6 +215,19 @@ def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.Mon
     assert apply(_tiny(), RunSettings(precision="bf16"), torch.device("cpu"), TrainParams()).scaler is None
 
 
+@pytest.mark.parametrize("mode, marks", [("reduce-overhead", 2), ("max-autotune", 2), ("max-autotune-no-cudagraphs", 0),
+                                         ("default", 0)])
+def test_each_micro_batch_tells_cuda_graphs_a_new_step_began(mode: str, marks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the mark, a graph replay may overwrite the outputs of the last one while they are still read.
+    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    run = apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
+    run.settings = RunSettings(compile=mode != "default", compile_mode=mode)  # the step reads the mode only
+    calls: list[int] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append(1))
+    train_step(run, *_batch(), grad_clip=1.0, micro_batches=2)
+    assert len(calls) == marks
+
+
 @pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
 def test_autocast_puts_the_matmuls_in_the_run_precision(precision: str, dtype: torch.dtype) -> None:
     run = apply(_tiny(), RunSettings(precision=precision), torch.device("cpu"), TrainParams())
