@@ -559,6 +559,36 @@ def n_params(preset: str) -> int:
         return GPT(PRESETS[preset]).num_params(non_embedding=False)
 
 
+def log_table(path: str) -> dict[str, dict[str, str]]:
+    """The aggregate table a DVC log printed, by variant: {column: cell}."""
+    lines = [line for line in read(path).splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:] if not line.startswith("|--")]
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
+def run6_bullets() -> list[str]:
+    """Run 6 came back as its DVC log only (results/README.md says why): its aggregate table, quoted from the log."""
+    path = "results/h200x2/gpt2_124m-6/dvc_log.txt"
+    t = log_table(path)
+
+    def tps(name: str) -> float:
+        return float(t[name]["tokens/s"].replace(",", ""))
+
+    return [
+        f"- Run 6 (`{path}`, source `0c6b166a3d8a`; only its DVC log came back, so its figures are the table that log "
+        f"printed): **bf16 gradient compression** (`ddp_comm_hook: bf16`, `ddp_2c`) ran at {tps('ddp_2c'):,.0f} tokens/s "
+        f"against {tps('ddp_2b'):,.0f} for the same DDP without it ({tps('ddp_2c') / tps('ddp_2b'):.3f}x) and held "
+        f"{t['ddp_2c']['peak alloc MiB']} MiB against {t['ddp_2b']['peak alloc MiB']} (the hook's bf16 buckets): over "
+        "NVLink, halving the bytes did not pay for the casts (no profile was taken to split the two). `ddp_2b` there: "
+        f"{tps('ddp_2b') / tps('one_b16'):.3f}x `one_b16`; `ddp_fast` {tps('ddp_fast') / tps('one_fast'):.3f}x `one_fast`. "
+        f"FSDP2's step ranged from {t['fsdp2_2']['p10']} to {t['fsdp2_2']['p90']} ms (p10 to p90) for "
+        f"{tps('fsdp2_2'):,.0f} tokens/s, far below run 4's: its speed is not stable from one run to the next. At the "
+        f"same global batch of 32, `ddp_2b`'s validation loss {t['ddp_2b']['val loss']} against `one_b32`'s "
+        f"{t['one_b32']['val loss']}.",
+    ]
+
+
 def x2_section() -> str:
     """The two-GPU runs of this source (runs 4 and 5 at 124M, one at 350M), then the scaling model from run 4."""
     run4, run5, big = (variants(f"results/h200x2/{name}") for name in ("gpt2_124m-4", "gpt2_124m-5", "gpt2_350m-2"))
@@ -628,6 +658,7 @@ def x2_section() -> str:
         f"of run 3 (earlier source): DDP {run3['ddp_2']['val_loss']:.4f} against one GPU at batch 32 "
         f"{run3['one_b32']['val_loss']:.4f}. On CPU, two gloo ranks of DDP and FSDP2 match one process within the "
         "tests' tolerance (`tests/test_distributed.py`).",
+        *run6_bullets(),
         f"- All-reduce bus bandwidth (`scripts/allreduce_bw.py`, fp32): "
         + ", ".join(f"{size} MB {gbs:.0f} GB/s" for size, gbs in bw.items()) + ".",
         "",

@@ -92,6 +92,14 @@ def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) ->
     assert words in unsupported_reason(RunSettings(**settings), CPU)
 
 
+def test_bf16_gradient_compression_needs_nccl() -> None:
+    bf16 = RunSettings(parallel="ddp", ddp_comm_hook="bf16")
+    assert unsupported_reason(bf16, CPU) == ("ddp_comm_hook=bf16 is torch's bf16_compress_hook, which needs NCCL on "
+                                             "CUDA GPUs; on CPU use ddp_comm_hook=none")
+    assert unsupported_reason(bf16, H200) is None
+    assert unsupported_reason(RunSettings(parallel="ddp"), CPU) is None
+
+
 def test_cpu_runs_the_knobs_it_can() -> None:
     for settings in ({"precision": "bf16", "fused_adamw": True}, {"activation_checkpointing": "full"},
                      {"loss": "chunked"}, {"loss": "inline"}, {"compile": True}, {"grad_accum": 2}):
