@@ -295,7 +295,10 @@ def runs_section() -> str:
         "",
         f"What a repeat costs: {len(costs)} repeats took {wall:,.0f} s of wall time, of which {warm:,.0f} s were warm-up "
         f"(compilation included) and {timed:,.0f} s the timed steps; the rest ({100 * (wall - warm - timed) / wall:.0f}%) is "
-        "a fresh process's start-up, building the model, the validation loss and the exit. Repeat lines now name each part.",
+        "a fresh process's start-up, building the model, the validation loss and the exit. Repeat lines now name each part. "
+        "Later runs (`results/h200-knobs/max-autotune/dvc_log.txt`) showed the exit at 2 to 7 s per repeat on the H200: "
+        "a repeat's process now ends as soon as its record is written, without the interpreter's teardown "
+        "(not yet measured on a GPU).",
         "",
         f"Across machines the interval does not hold: against run a of the same variants on another H200 "
         f"(`results/h200-runs/a`, `a-compile`), {len(cross)} of {len([n for n in SEED if n in a])} variants fall outside "

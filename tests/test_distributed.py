@@ -190,6 +190,27 @@ def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() 
     assert ddp_compiled is not model  # elsewhere compile still wraps the loss head's module
 
 
+def test_a_repeat_process_ends_without_the_interpreter_s_teardown(dist_workdir: Path, tmp_path: Path) -> None:
+    # The teardown (compile workers, CUDA context) only delays the parent; exit handlers are part of it. A
+    # sitecustomize registers one that leaves a mark: the repeat must not run it, and must still write its record.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    mark = tmp_path / "teardown_ran"
+    (hooks / "sitecustomize.py").write_text(f"import atexit, pathlib\natexit.register(pathlib.Path({str(mark)!r}).touch)\n")
+    env = {**os.environ, "PYTHONPATH": f"{hooks}{os.pathsep}{ROOT}"}
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+    assert mark.exists()  # the hook works in a process that ends normally
+    mark.unlink()
+    write_params(dist_workdir, {})
+    record = dist_workdir / "rec.json"
+    proc = subprocess.run([sys.executable, "-m", "stages.bench", "--variant", "fp32_baseline", "prep", "results", "steps",
+                           "--record-to", str(record)], cwd=dist_workdir, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert RunRecord.from_json(record.read_text()).status == "ok"
+    assert not mark.exists()
+
+
 @pytest.mark.slow
 def test_fsdp2_with_bf16_parameters_evaluates_as_one_bf16_process(dist_workdir: Path) -> None:
     # On two H200s FSDP2 with bf16 parameters ended 0.059 nats lower in validation loss than one GPU at the same
