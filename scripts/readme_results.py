@@ -296,7 +296,8 @@ def runs_section() -> str:
         f"What a repeat costs: {len(costs)} repeats took {wall:,.0f} s of wall time, of which {warm:,.0f} s were warm-up "
         f"(compilation included) and {timed:,.0f} s the timed steps; the rest ({100 * (wall - warm - timed) / wall:.0f}%) is "
         "a fresh process's start-up, building the model, the validation loss and the exit. Repeat lines now name each part. "
-        "Later runs (`results/h200-knobs/max-autotune/dvc_log.txt`) showed the exit at 2 to 7 s per repeat on the H200: "
+        f"Later runs (`{EXIT_LOG}`) showed the exit at {min(repeat_exits(EXIT_LOG)):.0f} to "
+        f"{max(repeat_exits(EXIT_LOG)):.0f} s per repeat on the H200: "
         "a repeat's process now ends as soon as its record is written, without the interpreter's teardown "
         "(not yet measured on a GPU).",
         "",
@@ -466,6 +467,14 @@ def fastest_section() -> str:
     ])
 
 
+EXIT_LOG = "results/h200-knobs/max-autotune/dvc_log.txt"
+
+
+def repeat_exits(log: str) -> list[float]:
+    """Every repeat's exit seconds, as a DVC log's repeat lines printed them."""
+    return [float(x) for x in re.findall(r"^bench@\w+ \(variant .*?, exit ([\d.]+) s\)$", read(log), re.M)]
+
+
 def repeat_warmups(run: str, name: str) -> list[float]:
     """Each repeat's warm-up seconds (compilation included), as the run's DVC log printed them."""
     pattern = re.compile(rf"^bench@{name} \(variant \d+ of \d+\) repeat \d+/\d+: ok .*?warm-up and compile ([\d.]+) s", re.M)
@@ -579,7 +588,7 @@ def run6_bullets() -> list[str]:
         return float(t[name]["tokens/s"].replace(",", ""))
 
     return [
-        f"- Run 6 (`{path}`, source `0c6b166a3d8a`; only its DVC log came back, so its figures are the table that log "
+        f"- Run 6 (`{path}`, provenance in `results/README.md`; only its DVC log came back, so its figures are the table that log "
         f"printed): **bf16 gradient compression** (`ddp_comm_hook: bf16`, `ddp_2c`) ran at {tps('ddp_2c'):,.0f} tokens/s "
         f"against {tps('ddp_2b'):,.0f} for the same DDP without it ({tps('ddp_2c') / tps('ddp_2b'):.3f}x) and held "
         f"{t['ddp_2c']['peak alloc MiB']} MiB against {t['ddp_2b']['peak alloc MiB']} (the hook's bf16 buckets): over "
