@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
 from statistics import mean
@@ -357,16 +358,8 @@ def fastest_section() -> str:
             return f"{100 * r['peak_mem_reserved_mb'] / fp32_peak:.1f}% (reserved)"
         return f"{100 * r['peak_mem_allocated_mb'] / fp32_peak:.1f}%"
 
-    def rows_of(run_rows: dict, names: list[str], labels: dict[str, str] = what) -> list[str]:
-        recipe = run_rows["recipe"]
-        out = []
-        for name in names:
-            r = run_rows[name]
-            out.append(f"| {name} | {labels[name]} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
-                       f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.3f} | {r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | "
-                       f"{r['peak_mem_allocated_mb']:,.0f} | {r['peak_mem_reserved_mb']:,.0f} | "
-                       f"{share_of_fp32(r)} | {r['val_loss']:.4f} |")
-        return out
+    def rows_of(run_rows: dict, names: list[str]) -> list[str]:
+        return study_rows(run_rows, names, what, share_of_fp32)
 
     recipe, fastest, fp8h = fast_rows["recipe"], fast_rows["fast_fp8h_cg"], fast_rows["fast_fp8h"]
     families = {v: profile_families(v) for v in ("recipe", "fast_fp8h", "fastest", "lean")}
@@ -500,8 +493,8 @@ def autotune_paragraph() -> list[str]:
         "and repeats as above). `max-autotune` adds to CUDA graphs the benchmarking of Triton templates for every "
         "matrix product and coordinate-descent tuning of the Triton kernels' launch configurations:",
         "",
-        *head, *rows_of_labels(rows, ["recipe", "fastest", "fast_ma"], labels),
-        *rows_of_labels(rows_b, ["recipe", "recipe_ma"], labels),
+        *head, *study_rows(rows, ["recipe", "fastest", "fast_ma"], labels),
+        *study_rows(rows_b, ["recipe", "recipe_ma"], labels),
         "",
         f"- **`fastest` = {fast['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe** in the same run, intervals "
         f"{'not overlapping' if overlap(fast, recipe) != 'yes' else 'overlapping'} (bar 1.10x: **missed**; goal 1.20x), and "
@@ -516,8 +509,9 @@ def autotune_paragraph() -> list[str]:
     ]
 
 
-def rows_of_labels(run_rows: dict, names: list[str], labels: dict[str, str]) -> list[str]:
-    """Rows of a knob table without the share of fp32's peak (no fp32 run beside them). Under CUDA graphs the
+def study_rows(run_rows: dict, names: list[str], labels: dict[str, str],
+               share: Callable[[dict], str] = lambda r: "–") -> list[str]:
+    """Rows of a knob table against the run's recipe; `share` fills the share of fp32's peak. Under CUDA graphs the
     allocated peak misses the graphs' pools; judged from the mode, since the records of max-autotune made before
     2026-12-01 say `peak_mem_allocated_comparable: true`, wrongly."""
     recipe = run_rows["recipe"]
@@ -528,7 +522,7 @@ def rows_of_labels(run_rows: dict, names: list[str], labels: dict[str, str]) -> 
 
     return [f"| {name} | {labels[name]} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
             f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.3f} | {r['step_ms_median']:.2f} | {r['step_ms_p90']:.2f} | "
-            f"{allocated(r)} | {r['peak_mem_reserved_mb']:,.0f} | – | {r['val_loss']:.4f} |"
+            f"{allocated(r)} | {r['peak_mem_reserved_mb']:,.0f} | {share(r)} | {r['val_loss']:.4f} |"
             for name, r in ((n, run_rows[n]) for n in names)]
 
 
