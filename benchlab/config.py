@@ -153,6 +153,13 @@ def _comm_hook_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     return None
 
 
+def _max_ctas_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """any limit on CPU (gloo has no thread blocks to limit)."""
+    if value and d.kind == "cpu":
+        return f"nccl_max_ctas={value} limits NCCL's thread blocks, which needs NCCL on CUDA GPUs; on CPU use nccl_max_ctas=0"
+    return None
+
+
 def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
     """more processes than GPUs (CUDA) or cores (CPU)."""
     if value == 1:  # one process runs wherever the device does
@@ -203,7 +210,7 @@ class RunSettings:
         "of the memory)", "6. the optimizer", _adam_state_skip)
     compile: bool = knob(False, "torch.compile the model and its loss",
                          "5. torch.compile around model and loss head (under fsdp2: each block's forward, before "
-                         "fully_shard)", _compile_skip)
+                         "fully_shard, and the output layer with its loss)", _compile_skip)
     compile_mode: CompileMode = knob(
         "default", "torch.compile mode: default; reduce-overhead (CUDA graphs); max-autotune-no-cudagraphs "
         "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
@@ -237,6 +244,10 @@ class RunSettings:
     fsdp_param_dtype: ParamDtype = knob(
         "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
                 "gradients are reduced in fp32 either way", "5. fully_shard", _param_dtype_skip)
+    nccl_max_ctas: int = knob(
+        0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
+           "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
+        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", _max_ctas_skip)
 
 
 
@@ -441,6 +452,9 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
            f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set")
     _check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"),
            f"{where}parallel", s.parallel, "fsdp2 when fsdp_reshard_after_forward or fsdp_param_dtype is set")
+    _check(s.nccl_max_ctas >= 0, f"{where}nccl_max_ctas", s.nccl_max_ctas, "0 (NCCL's choice) or a positive count")
+    _check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
+           "ddp or fsdp2 when nccl_max_ctas is set")
     _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,
            "standard or chunked with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)")
 

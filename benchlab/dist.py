@@ -69,12 +69,19 @@ def torchrun_argv(nproc: int, module_args: list[str]) -> list[str]:
             "--max_restarts=0", "-m", *module_args]
 
 
-def init(device: torch.device) -> torch.device:
-    """Join the process group torchrun set up; returns this rank's device (cuda:LOCAL_RANK on a GPU)."""
+def init(device: torch.device, max_ctas: int = 0) -> torch.device:
+    """Join the process group torchrun set up; returns this rank's device (cuda:LOCAL_RANK on a GPU).
+
+    `max_ctas` (knob nccl_max_ctas) caps the thread blocks of each NCCL collective; 0 leaves NCCL's choice."""
     if device.type == "cuda":
         device = torch.device("cuda", local_rank())
         torch.cuda.set_device(device)
-        torch_dist.init_process_group("nccl", timeout=TIMEOUT, device_id=device)
+        options = None
+        if max_ctas:
+            options = torch_dist.ProcessGroupNCCL.Options()
+            options.config.min_ctas = 1
+            options.config.max_ctas = max_ctas
+        torch_dist.init_process_group("nccl", timeout=TIMEOUT, device_id=device, pg_options=options)
     else:
         torch_dist.init_process_group("gloo", timeout=TIMEOUT)
     return device

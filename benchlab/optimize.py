@@ -11,7 +11,8 @@ modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
 graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
 FSDP2, compile goes on each block's forward just before fully_shard instead,
-so that FSDP2's hooks stay outside the graphs (torchtitan's order too). DDP
+so that FSDP2's hooks stay outside the graphs (torchtitan's order too), and
+on the output layer with its cross-entropy, called after the model's body. DDP
 must wrap the module the step calls, the loss head, since the chunked and
 fused heads call the model's body, not its forward."""
 
@@ -29,7 +30,7 @@ import torch.nn as nn
 
 from benchlab.config import DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
 from benchlab.errors import LabError
-from benchlab.losses import LossFn, loss_fn
+from benchlab.losses import BodyThenHead, LossFn, loss_fn
 from model.gpt import GPT
 
 
@@ -199,7 +200,8 @@ def ddp(settings: RunSettings, device: torch.device) -> Callable[[nn.Module], nn
 
 def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module], nn.Module]":
     """What wraps the loss head's module: DDP (ddp), then torch.compile (compile), each only when asked; under
-    FSDP2 nothing (its blocks were compiled one by one, `compile_blocks`)."""
+    FSDP2 nothing (its blocks were compiled one by one, `compile_blocks`, and a standard or inline head is
+    compiled apart from the body, `BodyThenHead`)."""
     outer = compiler(settings) if settings.parallel != "fsdp2" else None
     outer = outer or (lambda module: module)
     if settings.parallel != "ddp":
@@ -250,6 +252,9 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         if settings.compile:
             compile_blocks(model, settings)
         shard(model, settings, device)
-    loss = loss_fn(model, settings.loss, wrapper(settings, device))
+    if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
+        loss = BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
+    else:
+        loss = loss_fn(model, settings.loss, wrapper(settings, device))
     optimizer = make_optimizer(model, settings, train)
     return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)

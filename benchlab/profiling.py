@@ -44,6 +44,44 @@ def traced_window(events: list[dict[str, Any]]) -> tuple[float, float] | None:
     return min(starts), max(e["ts"] + e["dur"] for e in gpu)
 
 
+def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, non-overlapping (start, end) intervals covering exactly the given ones."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def uncovered(spans: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """Total length of `spans` that no interval of `cover` overlaps; both as `union` returns them."""
+    total, j = 0.0, 0
+    for start, end in spans:
+        cursor = start
+        while j < len(cover) and cover[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(cover) and cover[k][0] < end:
+            total += max(0.0, cover[k][0] - cursor)
+            cursor = max(cursor, cover[k][1])
+            k += 1
+        total += max(0.0, end - cursor)
+    return total
+
+
+def exposed_communication(kernels: list[dict[str, Any]]) -> tuple[float, float]:
+    """(µs when any communication kernel runs, µs of that when no other kernel runs beside it).
+
+    The second is what the step waits on communication: an all-reduce hidden under backward's matmuls costs
+    (nearly) nothing, one that runs alone costs its whole length. A rank that waits for the other in a collective
+    shows that wait as a long communication kernel, so it counts here too."""
+    comm = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels if family(e["name"]) == "communication"])
+    compute = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels if family(e["name"]) != "communication"])
+    return sum(end - start for start, end in comm), uncovered(comm, compute)
+
+
 def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     """Per-kernel and per-family device ms per step, and the GPU time per traced step.
 
@@ -54,11 +92,9 @@ def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     window = traced_window(events)
     per_kernel: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     per_family: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.get("cat") != "kernel":
-            continue
-        if window and not window[0] <= e["ts"] < window[1]:
-            continue
+    kernels = [e for e in events if e.get("cat") == "kernel" and (not window or window[0] <= e["ts"] < window[1])]
+    comm_us, exposed_us = exposed_communication(kernels)
+    for e in kernels:
         ms = e["dur"] / 1000.0 / steps
         per_kernel[e["name"]][0] += ms
         per_kernel[e["name"]][1] += 1.0 / steps
@@ -70,6 +106,9 @@ def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
         "comm_share_pct": 100.0 * per_family.get("communication", 0.0) / kernel_ms if kernel_ms else None,
         "families": sorted(per_family.items(), key=lambda f: -f[1]),
         "kernel_ms_per_step": sum(per_family.values()),
+        # Wall time with a communication kernel running, and the part of it with no other kernel beside it.
+        "comm_ms_per_step": comm_us / 1000.0 / steps,
+        "comm_exposed_ms_per_step": exposed_us / 1000.0 / steps,
         "gpu_step_ms": (window[1] - window[0]) / 1000.0 / steps if window else None,
     }
 
@@ -88,4 +127,9 @@ def kernel_markdown(summary: dict[str, Any], rows: int = 25) -> str:
     if summary.get("comm_share_pct"):
         tail += f" (communication kernels {summary['comm_share_pct']:.1f}% of it, overlapped or not)"
     tail += f", in {step:.2f} ms of GPU time per traced step (the rest: gaps between kernels)." if step else "."
+    if summary.get("comm_ms_per_step"):
+        exposed = summary["comm_exposed_ms_per_step"]
+        tail += (f" Communication kernels ran during {summary['comm_ms_per_step']:.2f} ms per step; in {exposed:.2f} ms"
+                 " of it no other kernel ran beside them (exposed communication")
+        tail += f", {100 * exposed / step:.1f}% of the GPU step)." if step else ")."
     return "\n".join(lines) + f"\n\n{tail}\n"

@@ -125,7 +125,7 @@ def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
     """
     device = resolve_device(p.device)
     if dist.launched():
-        device = dist.init(device)
+        device = dist.init(device, p.variants[name].nccl_max_ctas)
     try:
         before = process_age_s()  # interpreter, imports, process group, CUDA context: what a fresh process pays
         rec = train_once(p, p.variants[name], load_tokens(data_dir), device, p.bench.steps, p.bench.warmup_steps,

@@ -58,7 +58,7 @@ def trace_variant(p: Params, name: str, data_dir: str, out_dir: Path) -> None:
             on_ranks(settings.nproc, ["stages.profile", "--variant", name, data_dir, str(out_dir)])
         return
     if dist.launched():
-        device = dist.init(device)
+        device = dist.init(device, settings.nccl_max_ctas)
     try:
         traced(p, name, data_dir, out_dir, device)
     finally:

@@ -9,13 +9,15 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from benchlab.config import DeviceFacts, RunSettings, parse_params, unsupported_reason
+from benchlab import dist
+from benchlab.config import DeviceFacts, RunSettings, load_params, parse_params, unsupported_reason
 from benchlab.errors import LabError, run_main
 from benchlab.report import scaling
 from benchlab.runner import RunRecord, combine_ranks, last_words, rank_slice
@@ -174,7 +176,7 @@ def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monke
     assert rec.startup_s == 100.0 and rec.exit_s is None  # the exit is the parent's to see
 
 
-def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() -> None:
+def test_fsdp2_compiles_each_block_inside_its_hooks_and_the_head_apart() -> None:
     """Compiled from outside, FSDP2's hooks broke the graph at every block (two H200s: 39% of DDP's tokens/s)."""
     from benchlab.optimize import compile_blocks, wrapper
     from model.gpt import GPT, GPTConfig
@@ -185,9 +187,69 @@ def test_fsdp2_compiles_each_block_inside_its_hooks_and_leaves_the_head_eager() 
     assert all(hasattr(block.forward, "_torchdynamo_orig_callable") for block in model.blocks)
     assert not hasattr(model.forward, "_torchdynamo_orig_callable")
     assert "blocks.0.attn.qkv.weight" in model.state_dict()  # keys as saved without compile
-    assert wrapper(settings, torch.device("cpu"))(model) is model  # the head: not compiled around the hooks
+    assert wrapper(settings, torch.device("cpu"))(model) is model  # nothing compiled around the hooks
     ddp_compiled = wrapper(RunSettings(parallel="none", compile=True), torch.device("cpu"))(model)
     assert ddp_compiled is not model  # elsewhere compile still wraps the loss head's module
+
+
+@pytest.mark.parametrize("loss, compile, head_compiled", [
+    ("standard", True, True), ("inline", True, True), ("standard", False, None), ("chunked", True, None)])
+def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
+        loss: str, compile: bool, head_compiled: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.config import TrainParams
+    from benchlab.losses import BodyThenHead
+    from benchlab.optimize import apply
+    from model.gpt import GPT, GPTConfig
+
+    monkeypatch.setattr("benchlab.optimize.shard", lambda model, settings, device: None)  # no process group here
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    run = apply(model, RunSettings(parallel="fsdp2", nproc=2, compile=compile, loss=loss), torch.device("cpu"),
+                TrainParams())
+    if head_compiled is None:
+        assert not isinstance(run.loss, BodyThenHead)
+    else:
+        assert isinstance(run.loss, BodyThenHead) and run.loss.kind == loss
+        assert isinstance(run.loss.head, torch._dynamo.eval_frame.OptimizedModule)
+
+
+@pytest.mark.parametrize("max_ctas", [0, 4])
+def test_the_nccl_group_gets_the_thread_block_limit_only_when_one_is_set(max_ctas: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, dict]] = []
+
+    class Options:  # the CPU build of torch has no ProcessGroupNCCL
+        def __init__(self) -> None:
+            self.config = types.SimpleNamespace(min_ctas=None, max_ctas=None)
+
+    monkeypatch.setattr(dist.torch_dist, "ProcessGroupNCCL", types.SimpleNamespace(Options=Options), raising=False)
+    monkeypatch.setattr(dist.torch_dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert dist.init(torch.device("cuda"), max_ctas) == torch.device("cuda", 1)
+    ((backend, kwargs),) = calls
+    assert backend == "nccl" and kwargs["device_id"] == torch.device("cuda", 1)
+    options = kwargs["pg_options"]
+    if max_ctas:
+        assert (options.config.min_ctas, options.config.max_ctas) == (1, max_ctas)
+    else:
+        assert options is None
+
+
+def test_a_repeat_joins_the_group_with_its_variant_s_thread_block_limit(dist_workdir: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_params(dist_workdir, {"capped": {"parallel": "ddp", "nproc": 2, "nccl_max_ctas": 4}})
+    seen: list[int] = []
+
+    def init(device: torch.device, max_ctas: int = 0) -> torch.device:
+        seen.append(max_ctas)
+        raise RuntimeError("joined")
+
+    monkeypatch.setattr(bench.dist, "launched", lambda: True)
+    monkeypatch.setattr(bench.dist, "init", init)
+    with pytest.raises(RuntimeError, match="joined"):
+        bench.one_repeat(load_params(), "capped", "prep", dist_workdir / "rec.json")
+    assert seen == [4]
 
 
 def test_a_repeat_process_ends_without_the_interpreter_s_teardown(dist_workdir: Path, tmp_path: Path) -> None:

@@ -87,6 +87,8 @@ def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
     ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
     ({"compile": True, "compile_mode": "max-autotune"}, "compile_mode=max-autotune tunes or graphs CUDA kernels"),
     ({"parallel": "ddp", "ddp_comm_hook": "bf16"}, "bf16_compress_hook, which needs NCCL on CUDA GPUs"),
+    ({"parallel": "fsdp2", "nccl_max_ctas": 4}, "nccl_max_ctas=4 limits NCCL's thread blocks, which needs NCCL on CUDA "
+                                                "GPUs; on CPU use nccl_max_ctas=0"),
 ])
 def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) -> None:
     assert words in unsupported_reason(RunSettings(**settings), CPU)
@@ -126,6 +128,8 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
     ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce"),
     ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
+    ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
+    ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
     with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

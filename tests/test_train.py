@@ -156,6 +156,31 @@ def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
     assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, x)[1]), rel=1e-6)
 
 
+@pytest.mark.parametrize("kind, returns_logits", [("standard", True), ("inline", False)])
+def test_body_then_head_wraps_only_the_output_layer_and_loss(kind: str, returns_logits: bool) -> None:
+    # Under FSDP2 with compile: the body is called as it is, the head alone goes to the compiler, and the step
+    # sees the model's own loss and gradients.
+    from benchlab.losses import BodyThenHead, OutputLoss
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    model(x, y)[1].backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    wrapped: list[torch.nn.Module] = []
+    loss = BodyThenHead(model, kind, lambda module: (wrapped.append(module), module)[1])  # type: ignore[arg-type]
+    assert [type(m) for m in wrapped] == [OutputLoss] and wrapped[0].lm_head is model.lm_head
+    assert isinstance(wrapped[0](model.features(x), y), tuple) is returns_logits
+    out = loss(x, y)
+    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-6)
+    out.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-5, atol=1e-7, msg=name)
+    with pytest.raises(ValueError, match="standard or inline head, not 'chunked'"):
+        BodyThenHead(model, "chunked", lambda module: module)
+
+
 @pytest.mark.parametrize("kind, module, attr", [
     ("cce", "cut_cross_entropy", "linear_cross_entropy"),
     ("fused", "liger_kernel.transformers", "LigerFusedLinearCrossEntropyLoss"),
