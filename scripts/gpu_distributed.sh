@@ -25,7 +25,7 @@
 #   PROFILE_VARIANTS  space-separated variants to trace (default: ddp_2 fsdp2_2)
 #   RECIPE        JSON of the recipe's knobs (default the public recipe; a CPU check may pass
 #                 '{"precision": "fp32", "attention": "sdpa"}' to skip compilation)
-# OUT_DIR gets <model>.tar.gz (params, dvc.lock, metrics, plots), <model>_log.txt,
+# OUT_DIR gets <model>.tar.gz (params, dvc.lock, metrics, plots), <model>_traces.tar (the profile traces), <model>_log.txt,
 # allreduce_bw.json and a short table of the figures the README's scaling model needs.
 set -euo pipefail
 out=$(realpath "$1"); shift
@@ -92,8 +92,10 @@ PY
       $(grep -q "variants: \[\]" params.yaml || echo profile) > "$out/${model}_log.txt" 2>&1 || status=$?
     . "$src/scripts/stop_leftovers.sh" && stop_leftovers "$repo"
     grep -E "^(bench|profile)@[A-Za-z0-9_]+:|^\| |^ERROR|^error" "$out/${model}_log.txt" | grep -v "%|" || true
-    tar czf "$out/$model.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null \
-      || tar czf "$out/$model.tar.gz" params.yaml metrics plots
+    # Traces apart: the device tool brings back files of 16 MiB at most.
+    tar czf "$out/$model.tar.gz" --exclude='*_trace.json.gz' params.yaml dvc.lock metrics plots 2>/dev/null \
+      || tar czf "$out/$model.tar.gz" --exclude='*_trace.json.gz' params.yaml metrics plots
+    find plots -name '*_trace.json.gz' | tar cf "$out/${model}_traces.tar" -T - 2>/dev/null || true
     echo "$model: dvc exit $status; packed $out/$model.tar.gz"
   ) || true
 done
