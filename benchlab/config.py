@@ -244,6 +244,10 @@ class RunSettings:
     fsdp_param_dtype: ParamDtype = knob(
         "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
                 "gradients are reduced in fp32 either way", "5. fully_shard", _param_dtype_skip)
+    fsdp_blocks_per_unit: int = knob(
+        1, "FSDP2: transformer blocks per fully_shard unit (one all-gather and one reduce-scatter each); 1: every "
+           "block its own unit; 0: no block units, the root unit holds the whole model. Fewer units mean fewer hooks "
+           "for the host to run per step and less overlap of communication with compute", "5. fully_shard")
     nccl_max_ctas: int = knob(
         0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
            "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
@@ -450,8 +454,12 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.parallel == "ddp" or (s.ddp_bucket_mb == 25 and not s.ddp_grad_as_bucket_view
                                    and s.ddp_comm_hook == "none"),
            f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set")
-    _check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"),
-           f"{where}parallel", s.parallel, "fsdp2 when fsdp_reshard_after_forward or fsdp_param_dtype is set")
+    _check(s.fsdp_blocks_per_unit >= 0, f"{where}fsdp_blocks_per_unit", s.fsdp_blocks_per_unit,
+           "0 (the whole model in the root unit) or a positive count of blocks")
+    _check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"
+                                     and s.fsdp_blocks_per_unit == 1),
+           f"{where}parallel", s.parallel,
+           "fsdp2 when fsdp_reshard_after_forward, fsdp_param_dtype or fsdp_blocks_per_unit is set")
     _check(s.nccl_max_ctas >= 0, f"{where}nccl_max_ctas", s.nccl_max_ctas, "0 (NCCL's choice) or a positive count")
     _check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
            "ddp or fsdp2 when nccl_max_ctas is set")

@@ -159,8 +159,16 @@ def compile_blocks(model: GPT, settings: RunSettings) -> None:
         block.forward = compile_fn(block.forward)
 
 
+def block_units(blocks: list[nn.Module], per_unit: int) -> list[list[nn.Module]]:
+    """Consecutive blocks, `per_unit` to a unit (the last one may hold fewer); none for 0."""
+    if per_unit == 0:
+        return []
+    return [blocks[i : i + per_unit] for i in range(0, len(blocks), per_unit)]
+
+
 def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
-    """FSDP2: each block is one all-gather / reduce-scatter unit, the model's own layers the root unit.
+    """FSDP2: every `fsdp_blocks_per_unit` consecutive blocks are one all-gather / reduce-scatter unit (each
+    block its own by default; 0: none), the model's remaining layers the root unit.
 
     Parameters are gathered in `fsdp_param_dtype` and gradients reduced in fp32.
     The chunked and fused heads call `features`, not `forward`; it is registered
@@ -172,8 +180,8 @@ def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     param_dtype = torch.bfloat16 if settings.fsdp_param_dtype == "bf16" else None
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=settings.fsdp_reshard_after_forward)
+    for unit in block_units(list(model.blocks), settings.fsdp_blocks_per_unit):
+        fully_shard(unit[0] if len(unit) == 1 else unit, mesh=mesh, mp_policy=policy, reshard_after_forward=settings.fsdp_reshard_after_forward)
     # The root's layers (embeddings, tied output head) stay gathered from forward into backward: `forward`
     # calls `features`, and a reshard when `features` returned would leave the head with its shard only.
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)

@@ -20,7 +20,8 @@ from benchlab.errors import LabError
 # Knobs that say how a run is spread over processes; a multi-process row's one-process
 # counterpart has every other knob the same.
 PARALLEL_KNOBS = ("parallel", "nproc", "ddp_bucket_mb", "ddp_grad_as_bucket_view", "ddp_comm_hook",
-                  "fsdp_reshard_after_forward", "fsdp_param_dtype", "nccl_max_ctas")
+                  "fsdp_reshard_after_forward", "fsdp_param_dtype", "fsdp_blocks_per_unit",
+                  "nccl_max_ctas")
 
 # (column, key in the row, format) for the markdown table.
 COLUMNS: list[tuple[str, str, str]] = [

@@ -120,7 +120,8 @@ def test_scaling_efficiency_and_loss_gap_against_one_process() -> None:
 # --- two gloo ranks under torchrun ---
 
 def test_two_ranks_train_as_one_process_and_rank_0_alone_writes(dist_workdir: Path) -> None:
-    variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "fsdp2_2": {"parallel": "fsdp2", "nproc": 2}}
+    variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "fsdp2_2": {"parallel": "fsdp2", "nproc": 2},
+                "fsdp2_root": {"parallel": "fsdp2", "nproc": 2, "fsdp_blocks_per_unit": 0}}
     write_params(dist_workdir, variants)
     for name in ("fp32_baseline", *variants):
         run_main(bench.main, ["--variant", name, "prep", "results", "steps"])
@@ -190,6 +191,26 @@ def test_fsdp2_compiles_each_block_inside_its_hooks_and_the_head_apart() -> None
     assert wrapper(settings, torch.device("cpu"))(model) is model  # nothing compiled around the hooks
     ddp_compiled = wrapper(RunSettings(parallel="none", compile=True), torch.device("cpu"))(model)
     assert ddp_compiled is not model  # elsewhere compile still wraps the loss head's module
+
+
+@pytest.mark.parametrize("per_unit, units", [(1, [[0], [1], [2], [3], [4]]), (2, [[0, 1], [2, 3], [4]]), (0, [])])
+def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, units: list,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.optimize import shard
+    from model.gpt import GPT, GPTConfig
+
+    sharded: list = []
+    monkeypatch.setattr("torch.distributed.fsdp.fully_shard", lambda module, **kwargs: sharded.append(module))
+    monkeypatch.setattr("torch.distributed.fsdp.register_fsdp_forward_method", lambda module, name: None)
+    monkeypatch.setattr("torch.distributed.device_mesh.init_device_mesh", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    model = GPT(GPTConfig(n_layer=5, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    shard(model, RunSettings(parallel="fsdp2", nproc=2, fsdp_blocks_per_unit=per_unit), torch.device("cpu"))
+    index = {id(block): i for i, block in enumerate(model.blocks)}
+    *blocks, root = sharded
+    assert root is model  # the root unit last, around everything
+    assert [[index[id(m)] for m in (unit if isinstance(unit, list) else [unit])] for unit in blocks] == units
+    assert [isinstance(unit, torch.nn.Module) for unit in blocks] == [len(u) == 1 for u in units]  # one: as itself
 
 
 @pytest.mark.parametrize("loss, compile, head_compiled", [

@@ -129,6 +129,10 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce"),
     ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
     ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
+    ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
+                                   "unit) or a positive count of blocks"),
+    ({"fsdp_blocks_per_unit": 4}, "parallel='none' is not valid; expected fsdp2 when fsdp_reshard_after_forward, "
+                                  "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
     ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
