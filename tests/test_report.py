@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from benchlab.errors import LabError
+from benchlab.profiling import exposed_communication, family, kernel_markdown, kernel_summary
 from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
@@ -96,3 +97,41 @@ def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
     assert "compare reserved memory" in graphs["notes"]
     assert big["loss_ok"] == "n/a (batch 64, baseline 16)"  # another batch learns another curve
     assert shared["notes"] == "machine shared while timed: other GPU processes [4242], others kept 35% of the CPU busy"
+
+
+def test_kernel_summary_counts_kernels_once_per_step() -> None:
+    events = [
+        {"cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 9000},  # op rows are not kernel time
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 500, "dur": 900},  # before the traced steps
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 1000, "dur": 3000},
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 9000, "dur": 1000},
+        {"cat": "kernel", "name": "triton_red_fused__log_softmax_0", "ts": 12000, "dur": 2000},  # optimizer span
+        {"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 14500, "dur": 700},  # after the window
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#3", "ts": 1000, "dur": 6000},
+        {"cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 7000, "dur": 1000},
+        {"cat": "gpu_user_annotation", "name": "ProfilerStep#4", "ts": 8000, "dur": 4000},
+        {"cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 12000, "dur": 2000},
+    ]
+    s = kernel_summary(events, steps=2)
+    assert s["kernel_ms_per_step"] == 3.0 and s["gpu_step_ms"] == 6.5
+    assert s["kernels"][0] == ("nvjet_sm90_tst_256x128", 2.0, 1.0)
+    assert dict(s["families"]) == {"matmul": 2.0, "cross-entropy": 1.0}
+    assert family("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
+    assert "| matmul | 2.00 | 66.7 |" in kernel_markdown(s)
+
+
+def test_exposed_communication_is_the_part_no_other_kernel_runs_beside() -> None:
+    def kernel(name: str, ts: float, dur: float) -> dict:
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+    kernels = [kernel("nvjet_sm90_a", 0, 10), kernel("ncclDevKernel_AllReduce_Sum_f32", 5, 20),
+               kernel("triton_poi_b", 20, 10), kernel("ncclDevKernel_AllReduce_Sum_f32", 40, 10),
+               kernel("ncclDevKernel_AllGather", 45, 10), kernel("triton_poi_c", 50, 2), kernel("nvjet_d", 60, 5)]
+    # Communication runs over 5-25 and 40-55 (35 µs); compute hides 5-10, 20-25 and 50-52 of it: 23 µs exposed.
+    assert exposed_communication(kernels) == (35.0, 23.0)
+    assert exposed_communication([kernel("nvjet_sm90_a", 0, 10)]) == (0.0, 0.0)
+    events = kernels + [{"cat": "gpu_user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100}]
+    summary = kernel_summary(events, steps=1)
+    assert summary["comm_ms_per_step"] == 0.035 and summary["comm_exposed_ms_per_step"] == 0.023
+    assert "in 0.02 ms of it no other kernel ran beside them (exposed communication, 23.0% of the GPU step)" in (
+        kernel_markdown(summary))
