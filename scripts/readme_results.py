@@ -642,6 +642,13 @@ def run7_lines() -> list[str]:
     hidden_not = float(profile.split("; in ")[1].split(" ms")[0])
     fsdp = rows["fsdp2_2"]
     alone, beside, n_beside = matmuls_beside_communication(f"{run}/plots/profiles/ddp_2b_trace.json.gz")
+    probe_path = "results/cpu-fsdp-host/probe.txt"
+    rows_ms = {line.split("}:")[0] + "}": float(line.split("}: ")[1].split(" ms")[0])
+               for line in read(probe_path).splitlines() if line.startswith("{")}
+    host = {"ddp": rows_ms["{'parallel': 'ddp'}"], "fsdp2": rows_ms["{'parallel': 'fsdp2'}"],
+            "reshard": rows_ms["{'parallel': 'fsdp2', 'fsdp_reshard_after_forward': False}"],
+            "four": rows_ms["{'parallel': 'fsdp2', 'fsdp_blocks_per_unit': 4}"],
+            "root": rows_ms["{'parallel': 'fsdp2', 'fsdp_blocks_per_unit': 0}"]}
     return [
         "",
         f"Run 7 (`{run}`, 124M, same machine type, {one['provenance.date_utc'][:10]}, source "
@@ -668,7 +675,12 @@ def run7_lines() -> list[str]:
         f"of DDP's tokens/s, its step {fsdp['step_ms_p10']:.0f} to {fsdp['step_ms_p90']:.0f} ms against DDP's "
         f"{ddp['step_ms_median']:.0f}. Its GPU work is DDP's plus about 1 ms of gathers and reduce-scatters, so the "
         "rest is the host: FSDP2's per-block hooks, gathers and DTensor bookkeeping, launched by Python, do not keep "
-        "an H200 busy at this model size (not yet confirmed by a trace).",
+        "an H200 busy at this model size. No GPU trace of it came back; the host cost was measured on this lab's CPU "
+        f"machine instead (`{probe_path}`, `scripts/fsdp_host_probe.py`: two gloo ranks, a 12-block model too small "
+        f"for compute to matter, fused AdamW): {host['ddp']:.1f} ms per step under DDP, {host['fsdp2']:.1f} with a "
+        f"unit per block, {host['reshard']:.1f} without resharding after forward, {host['four']:.1f} with 4 blocks per "
+        f"unit and {host['root']:.1f} with the root unit alone (`fsdp_blocks_per_unit` 0). Fewer units is the "
+        "lever; on two H200s it is not measured yet.",
     ]
 
 

@@ -135,3 +135,14 @@ def test_exposed_communication_is_the_part_no_other_kernel_runs_beside() -> None
     assert summary["comm_ms_per_step"] == 0.035 and summary["comm_exposed_ms_per_step"] == 0.023
     assert "in 0.02 ms of it no other kernel ran beside them (exposed communication, 23.0% of the GPU step)" in (
         kernel_markdown(summary))
+
+
+def test_union_merges_overlaps_and_uncovered_skips_what_the_cover_hides() -> None:
+    from benchlab.profiling import uncovered, union
+
+    # (6, 7) lies inside the merged (4, 8): the merge keeps the later end.
+    assert union([(4.0, 6.0), (0.0, 1.0), (2.0, 3.0), (5.0, 8.0), (6.0, 7.0)]) == [(0.0, 1.0), (2.0, 3.0), (4.0, 8.0)]
+    cover = [(1.0, 2.0), (3.0, 4.0), (5.0, 6.0), (25.0, 35.0)]
+    # 0-10 loses the three covered units; 20-30 is covered from 25; 40-50 comes after every cover.
+    assert uncovered([(0.0, 10.0), (20.0, 30.0), (40.0, 50.0)], cover) == 7.0 + 5.0 + 10.0
+    assert uncovered([(0.0, 10.0)], []) == 10.0
