@@ -652,6 +652,12 @@ def run7_lines() -> list[str]:
     hidden_not = float(profile.split("; in ")[1].split(" ms")[0])
     fsdp = rows["fsdp2_2"]
     alone, beside, n_beside = matmuls_beside_communication(f"{run}/plots/profiles/ddp_2b_trace.json.gz")
+    import torch
+
+    from model.gpt import GPT, PRESETS
+
+    with torch.device("meta"):
+        embedding_mib = 4 * GPT(PRESETS["gpt2_124m"]).wte.weight.numel() / 2**20
     probe_path = "results/cpu-fsdp-host/probe.txt"
     rows_ms = {line.split("}:")[0] + "}": float(line.split("}: ")[1].split(" ms")[0])
                for line in read(probe_path).splitlines() if line.startswith("{")}
@@ -671,7 +677,7 @@ def run7_lines() -> list[str]:
         f"{ddp['tokens_per_sec'] / rows['ddp_2x']['tokens_per_sec'] - 1:.1%} more than 100 MiB buckets overlapped with "
         f"backward. The trace of `ddp_2b` (2 steps, rank 0) shows why: NCCL kernels ran during {ran:.2f} ms per step, "
         f"and in {hidden_not:.2f} ms of it no other kernel ran. The exposed part is the last bucket, which holds the "
-        "tied token embedding (147 MiB of fp32 gradient): buckets are all-reduced in backward's order, and that "
+        f"tied token embedding ({embedding_mib:.0f} MiB of fp32 gradient): buckets are all-reduced in backward's order, and that "
         "gradient is complete only when backward reaches the embedding, its last op. The hidden part is not free: "
         "the all-reduce's thread blocks share the SMs with backward's matmuls. In that trace backward's split-K "
         f"weight-gradient matmul (`nvjet_sm90_tst_192x192_64x3_1x2_h_bz_coopB_splitK_NTN`) took {alone:.0f} µs on "
@@ -683,8 +689,8 @@ def run7_lines() -> list[str]:
         f"blocks) now holds less memory per GPU than DDP ({max(fsdp['peak_mem_per_rank_mb']):,.0f} against "
         f"{max(ddp['peak_mem_per_rank_mb']):,.0f} MiB), but runs at {fsdp['tokens_per_sec'] / ddp['tokens_per_sec']:.1%} "
         f"of DDP's tokens/s, its step {fsdp['step_ms_p10']:.0f} to {fsdp['step_ms_p90']:.0f} ms against DDP's "
-        f"{ddp['step_ms_median']:.0f}. Its GPU work is DDP's plus about 1 ms of gathers and reduce-scatters, so the "
-        "rest is the host: FSDP2's per-block hooks, gathers and DTensor bookkeeping, launched by Python, do not keep "
+        f"{ddp['step_ms_median']:.0f}. Its kernels are DDP's plus its gathers and reduce-scatters; that the rest is the "
+        "host is inferred, not traced on the GPU: FSDP2's per-block hooks, gathers and DTensor bookkeeping, launched by Python, do not keep "
         "an H200 busy at this model size. No GPU trace of it came back; the host cost was measured on this lab's CPU "
         f"machine instead (`{probe_path}`, `scripts/fsdp_host_probe.py`: two gloo ranks, a 12-block model too small "
         f"for compute to matter, fused AdamW): {host['ddp']:.1f} ms per step under DDP, {host['fsdp2']:.1f} with a "
