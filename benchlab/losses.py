@@ -6,15 +6,10 @@
   torch.compile the logits are no output of the graph: the compiler may fuse
   the cross-entropy into the output layer's epilogue and keep only what
   backward needs.
-- chunked: the output layer and cross-entropy over chunks of `CHUNK_TOKENS`
-  tokens, each chunk's gradients computed as soon as its loss is, so only
-  one chunk's logits ever live and backward merely scales the stored
-  gradients: the same matrix products as the standard head, none repeated.
-  Until 2026-12-01 each chunk was checkpointed instead (its logits
-  recomputed in backward: one more output-layer product per step); the
-  H200 figures of `loss_chunked` and `lean` before then are of that path.
-  The module returns only the loss, so under torch.compile no logits leave
-  the compiled region.
+- chunked: cross-entropy over chunks of `CHUNK_TOKENS` tokens, each chunk's
+  logits recomputed in backward, so the (tokens x vocab) logits tensor never
+  lives whole; the module returns only the loss, so under torch.compile no
+  logits leave the compiled region.
 - fused: the model's body runs (compiled, if asked) up to the final hidden
   states; liger-kernel's fused linear + cross-entropy Triton kernel then
   computes the loss without materializing logits, in the autocast dtype
@@ -30,81 +25,38 @@
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
-from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from benchlab.config import LossKind
 from model.gpt import GPT
 
-# A 1024-token chunk's logits are 1024 x 50304 at GPT-2's vocabulary: 103 MB in bf16 (206 MB in fp32), against
-# 1.6 GB for a 16 x 1024 batch's whole logits in bf16; 1024 rows still fill the H200's tensor cores.
-CHUNK_TOKENS = 1024
+# 2048 tokens x 50304 vocabulary in fp32 is 412 MB per live chunk, against
+# 3.3 GB for a 16 x 1024 batch's whole logits.
+CHUNK_TOKENS = 2048
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         with_grads: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Summed cross-entropy of one chunk's (n, C) hidden states, and that sum's gradients with respect to them
-    and to the (V, C) output weight (None without `with_grads`). The logits' gradient, softmax minus one-hot, is
-    cast to the hidden states' dtype before the two products, as the standard head's backward casts it."""
-    logits = (hidden @ weight.t()).float()  # (n, V), softmax in fp32 as F.cross_entropy under autocast
-    lse = logits.logsumexp(dim=-1)
-    loss_sum = (lse - logits.gather(1, targets[:, None]).squeeze(1)).sum()
-    if not with_grads:
-        return loss_sum, None, None
-    grad_logits = (logits - lse[:, None]).exp()
-    grad_logits = grad_logits.scatter_add(1, targets[:, None], grad_logits.new_full((targets.numel(), 1), -1.0))
-    grad_logits = grad_logits.to(hidden.dtype)
-    return loss_sum, grad_logits @ weight, grad_logits.t() @ hidden
-
-
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy whose gradients are made in forward, chunk by chunk; backward scales them."""
-
-    @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,  # type: ignore[override]
-                chunk: int) -> torch.Tensor:
-        n = hidden.size(0)
-        total = hidden.new_zeros((), dtype=torch.float32)
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        for start in range(0, n, chunk):
-            loss_sum, g_hidden, g_weight = chunk_loss_and_grads(hidden[start : start + chunk], weight,
-                                                                targets[start : start + chunk], with_grads=True)
-            assert g_hidden is not None and g_weight is not None
-            total = total + loss_sum
-            grad_hidden[start : start + chunk] = g_hidden
-            grad_weight += g_weight
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.n, ctx.weight_dtype = n, weight.dtype
-        return total / n
-
-    @staticmethod
-    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:  # type: ignore[override]
-        grad_hidden, grad_weight = ctx.saved_tensors
-        scale = grad_loss / ctx.n
-        return grad_hidden * scale.to(grad_hidden.dtype), (grad_weight * scale).to(ctx.weight_dtype), None, None
+def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = hidden @ weight.t()  # (chunk, vocab)
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           chunk: int | None = None) -> torch.Tensor:
-    """Mean cross-entropy of (N, C) hidden states against (N,) targets through the (V, C) output weight, one
-    chunk of `chunk` (default `CHUNK_TOKENS`) tokens' logits at a time. Under autocast both operands are cast to
-    its dtype, as the output layer's matmul is; the casts' backward returns gradients in the parameters' dtype."""
-    device = hidden.device.type
-    if torch.is_autocast_enabled(device):
-        dtype = torch.get_autocast_dtype(device)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    """Mean cross-entropy of (N, C) hidden states against (N,) targets, one chunk of `chunk` (default
+    `CHUNK_TOKENS`, read at the call) tokens' logits at a time."""
     chunk = chunk or CHUNK_TOKENS
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _ChunkedCrossEntropy.apply(hidden, weight, targets, chunk)
-    total = sum(chunk_loss_and_grads(hidden[start : start + chunk], weight, targets[start : start + chunk], False)[0]
-                for start in range(0, hidden.size(0), chunk))
-    return total / hidden.size(0)  # no gradient wanted (evaluation): the loss alone
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.size(0), chunk):
+        end = start + chunk
+        total = total + checkpoint(_chunk_loss_sum, hidden[start:end], weight, targets[start:end],
+                                   use_reentrant=False)
+    return total / hidden.size(0)
 
 
 class ChunkedLoss(nn.Module):
