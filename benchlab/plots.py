@@ -168,8 +168,52 @@ def _save(fig: Figure, path: Path) -> None:
     plt.close(fig)
 
 
+def batch_sweeps(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Rows whose knobs differ in `batch_size` alone, grouped, smallest batch first; only groups of two or
+    more batch sizes (a sweep). A row that ran out of memory stays in its group."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        settings = r.get("settings") or {}
+        if settings.get("batch_size") is None:
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in settings.items() if k != "batch_size"))
+        groups.setdefault(key, []).append(r)
+    return [sorted(g, key=lambda r: r["settings"]["batch_size"]) for g in groups.values()
+            if len({r["settings"]["batch_size"] for r in g}) >= 2]
+
+
+def batch_figure(sweeps: list[list[dict[str, Any]]], mem_key: str) -> Figure:
+    """Tokens/s (top) and peak memory (bottom) against sequences per step, one line per sweep; a batch without a
+    measurement (out of memory, skipped) is a grey cross on the axis, labelled with its status."""
+    fig, (ax_tps, ax_mem) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for i, sweep in enumerate(sweeps):
+        label = ", ".join(r["variant"] for r in sweep)
+        ok = [r for r in sweep if r["status"] == "ok"]
+        style = _line_style(i, len(ok))
+        for ax, key in ((ax_tps, "tokens_per_sec"), (ax_mem, mem_key)):
+            points = [(r["settings"]["batch_size"], r[key]) for r in ok if r.get(key) is not None]
+            ax.plot([b for b, _ in points], [v for _, v in points], label=label, **{**style, "markevery": 1})
+        for r in sweep:
+            if r["status"] != "ok":
+                for ax in (ax_tps, ax_mem):
+                    ax.plot([r["settings"]["batch_size"]], [0], marker="x", color=NOTE_COLOR, clip_on=False)
+                ax_tps.annotate(r["status"], (r["settings"]["batch_size"], 0), textcoords="offset points",
+                                xytext=(0, 6), ha="center", fontsize=8, color=NOTE_COLOR)
+    ax_mem.set_xscale("log", base=2)
+    ax_mem.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_mem.set_xlabel("batch (sequences per optimizer step)")
+    ax_tps.set_ylabel(THROUGHPUT_LABEL.split(",")[0] + ")")
+    ax_mem.set_ylabel(MEMORY_LABELS[mem_key])
+    for ax in (ax_tps, ax_mem):
+        ax.set_ylim(bottom=0)
+    ax_tps.legend(fontsize=8)
+    ax_tps.set_title("Batch sweeps: variants that differ only in batch size")
+    return fig
+
+
 def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path, baseline: str | None = None) -> list[Path]:
-    """Write the four PNGs into out_dir; baseline defaults to the row whose speedup is 1."""
+    """Write the four PNGs into out_dir, and batch_sweep.png where some variants differ only in batch size;
+    baseline defaults to the row whose speedup is 1."""
     out_dir.mkdir(parents=True, exist_ok=True)
     steps = read_steps(rows, steps_dir)
     mem_key = memory_key(rows)
@@ -179,6 +223,9 @@ def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path, basel
         "step_times.png": step_time_figure(rows, steps),
         "loss_curves.png": loss_figure(rows, steps, baseline_name(rows, baseline)),
     }
+    sweeps = batch_sweeps(rows)
+    if sweeps:
+        figures["batch_sweep.png"] = batch_figure(sweeps, mem_key)
     for name, fig in figures.items():
         _save(fig, out_dir / name)
     return [out_dir / name for name in figures]

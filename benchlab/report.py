@@ -117,7 +117,8 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
     rows = []
     for r in results:
         row = {k: r.get(k) for _, k, _ in COLUMNS if k in r}
-        row.update({"variant": r["variant"], "status": r["status"], "notes": r.get("message", "")})
+        row.update({"variant": r["variant"], "status": r["status"], "notes": r.get("message", ""),
+                    "settings": {k: r.get(k) for k in KNOBS}})
         ci = _ci(r)
         row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["speedup_x"] = row["mem_change_pct"] = row["significant"] = row["loss_ok"] = None

@@ -108,3 +108,43 @@ def test_make_plots_writes_four_pngs_and_finds_the_baseline(steps_dir: Path, tmp
     assert not pd.read_csv(steps_dir / "tf32.csv").shape[0]  # the header-only CSV did not break it
     assert baseline_name(ROWS, None) == "base"  # the row whose speedup is exactly 1
     assert baseline_name(ROWS, "fast") == "fast"
+
+
+def knobs(batch: int, **kw: Any) -> dict[str, Any]:
+    return {"precision": "bf16", "compile": True, "grad_accum": 1, **kw, "batch_size": batch}
+
+
+SWEEP_ROWS = [
+    row("recipe", settings=knobs(16), peak_mem_allocated_mb=100.0),
+    row("b4", tokens_per_sec=400.0, settings=knobs(4), peak_mem_allocated_mb=40.0),
+    row("b512", "oom", "out of memory at batch size 512", settings=knobs(512)),
+    row("b64", tokens_per_sec=1800.0, settings=knobs(64), peak_mem_allocated_mb=380.0),
+    row("accum", settings=knobs(16, grad_accum=4)),  # another knob differs: not the recipe's sweep
+    row("fp32", settings=knobs(16, precision="fp32")),
+    row("fp32_b8", settings=knobs(8, precision="fp32")),
+    row("alone", settings=knobs(32, compile=False)),  # one batch size: no sweep
+]
+
+
+def test_batch_sweeps_group_rows_that_differ_only_in_batch() -> None:
+    from benchlab.plots import batch_sweeps
+
+    sweeps = batch_sweeps(SWEEP_ROWS + [row("no_settings")])
+    assert [[r["variant"] for r in s] for s in sweeps] == [["b4", "recipe", "b64", "b512"], ["fp32_b8", "fp32"]]
+
+
+def test_batch_figure_draws_measured_batches_and_marks_the_oom(tmp_path: Path) -> None:
+    from benchlab.plots import batch_figure, batch_sweeps
+
+    fig = batch_figure(batch_sweeps(SWEEP_ROWS), "peak_mem_allocated_mb")
+    ax_tps, ax_mem = fig.axes
+    recipe_line = ax_tps.get_lines()[0]
+    assert list(recipe_line.get_xdata()) == [4, 16, 64] and list(recipe_line.get_ydata()) == [400.0, 1000.0, 1800.0]
+    assert list(ax_mem.get_lines()[0].get_ydata()) == [40.0, 100.0, 380.0]
+    assert "oom" in texts(ax_tps) and ax_mem.get_xscale() == "log"
+    assert ax_mem.get_ylabel() == MEMORY_LABELS["peak_mem_allocated_mb"]
+    assert [t.get_text() for t in ax_tps.get_legend().get_texts()][0] == "b4, recipe, b64, b512"
+    plt.close(fig)
+    paths = make_plots(SWEEP_ROWS, tmp_path, tmp_path / "out")
+    assert paths[-1].name == "batch_sweep.png" and paths[-1].read_bytes().startswith(b"\x89PNG")
+    assert "batch_sweep.png" not in [p.name for p in make_plots(ROWS, tmp_path, tmp_path / "out2")]

@@ -31,6 +31,7 @@ def test_rows_compare_each_variant_with_the_baseline() -> None:
     assert drifts["significant"] == "no"  # its interval overlaps the baseline's
     assert drifts["loss_ok"].startswith("NO (0.500 > 0.1)")
     assert base["speedup_x"] == pytest.approx(1.0) and base["significant"] is None
+    assert fast["settings"]["batch_size"] == 16 and fast["settings"]["precision"] is None  # the knobs, for sweeps
 
 
 def test_repeats_that_disagree_are_flagged() -> None:
