@@ -9,6 +9,8 @@
 #   MORE_VARIANTS  JSON object of variants to add, e.g. '{"batch_512": {"batch_size": 512}}'
 #   TIME_LIMIT_S   kill DVC after this many seconds and pack what finished (default: none)
 #   TARGETS        stages to reproduce, space-separated (default: the whole pipeline)
+#   FIRST          stages to reproduce before TARGETS, in a DVC run of their own (e.g. the profile stages, which
+#                  a time limit would otherwise cut: DVC runs one invocation's targets in its own order)
 # The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
 # OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
@@ -57,11 +59,20 @@ pack() {
 }
 trap pack EXIT
 read -r -a targets <<< "${TARGETS:-}"
+read -r -a first <<< "${FIRST:-}"
+repro() {  # FIRST's stages in a DVC run of their own before the rest: DVC orders one run's targets itself
+  local rc=0
+  if [ ${#first[@]} -gt 0 ]; then python3 -m dvc repro --keep-going "${first[@]}" || rc=$?; fi
+  python3 -m dvc repro --keep-going "${targets[@]}" || rc=$?
+  return $rc
+}
 if [ -n "${TIME_LIMIT_S:-}" ]; then
   # KILL, not INT: DVC's --keep-going would treat an interrupted stage as one failure and go on.
-  timeout --signal=KILL "$TIME_LIMIT_S" python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
+  export -f repro; export first_list="${FIRST:-}" targets_list="${TARGETS:-}"
+  timeout --signal=KILL "$TIME_LIMIT_S" bash -c 'read -r -a first <<< "$first_list"; read -r -a targets <<< "$targets_list"; repro' \
+    > "$out/dvc_log.txt" 2>&1 || status=$?
   . "$src/scripts/stop_leftovers.sh" && stop_leftovers .
 else
-  python3 -m dvc repro --keep-going "${targets[@]}" > "$out/dvc_log.txt" 2>&1 || status=$?
+  repro > "$out/dvc_log.txt" 2>&1 || status=$?
 fi
 grep -E "^(bench|profile)@[A-Za-z0-9_]+:|^error|stopped" "$out/dvc_log.txt" | grep -v "%|" || true
