@@ -57,6 +57,7 @@ class RunRecord:
     warmup_steps: int = 0
     setup_s: float | None = None  # wall time before the first step: building the model (a repeat: from process start)
     startup_s: float | None = None  # a repeat: the part of setup_s before the run began (interpreter, imports, CUDA)
+    init_s: float | None = None  # the part of setup_s that built the model and drew its seeded weights on the CPU
     warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
     eval_s: float | None = None  # wall time of the validation loss
     exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
@@ -91,11 +92,6 @@ def lr_at(step: int, total: int, p: Params) -> float:
         return p.train.lr * (step + 1) / warm
     progress = (step - warm) / max(1, total - 1 - warm)
     return p.train.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (p.train.lr - p.train.min_lr)
-
-
-def build(p: Params, settings: RunSettings, data: TokenData, device: torch.device) -> TrainingRun:
-    """A fresh model (same initial weights on every device) with the settings applied."""
-    return apply(fresh_model(p, settings, data.vocab_size), settings, device, p.train)
 
 
 def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: float, micro_batches: int = 1) -> torch.Tensor:
@@ -265,7 +261,9 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     run: TrainingRun | None = None
     try:
         began = time.perf_counter()
-        run = build(p, settings, data, device)
+        model = fresh_model(p, settings, data.vocab_size)  # the same initial weights on every device
+        rec.init_s = time.perf_counter() - began
+        run = apply(model, settings, device, p.train)
         rec.setup_s = time.perf_counter() - began
         _loop(run, p, data, steps, warmup, rec, progress, on_step)
         began = time.perf_counter()

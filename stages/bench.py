@@ -112,8 +112,10 @@ def repeat_cost(rec: RunRecord, wall_s: float) -> str:
                            ("evaluation", rec.eval_s), ("exit", rec.exit_s)):
         if seconds is not None:
             parts.append(f"{label} {seconds:.1f} s")
-            if label == "start-up and build" and rec.startup_s is not None:
-                parts[-1] += f" (of which interpreter, imports and device {rec.startup_s:.1f} s)"
+            if label == "start-up and build":
+                within = [f"{what} {t:.1f} s" for what, t in (("interpreter, imports and device", rec.startup_s),
+                                                                ("the model's seeded init", rec.init_s)) if t is not None]
+                parts[-1] += f" (of which {', '.join(within)})" if within else ""
     return ", ".join(parts)
 
 

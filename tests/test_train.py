@@ -64,6 +64,7 @@ def test_run_records_timing_of_steps_after_warmup(params: Params, tokens) -> Non
     assert len(rec.step_ms) == 8 and len(rec.timed_ms) == 6 and all(t > 0 for t in rec.step_ms)
     assert rec.warmup_s is not None and rec.warmup_s > 0
     assert rec.setup_s is not None and rec.setup_s > 0 and rec.eval_s is not None and rec.eval_s > 0
+    assert rec.init_s is not None and 0 < rec.init_s < rec.setup_s  # the seeded init is a part of the build
     assert rec.memory["peak_rss_mb"] > 0 and rec.memory["peak_mem_allocated_mb"] is None  # CPU: RSS only
 
 
