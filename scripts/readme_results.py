@@ -857,7 +857,7 @@ def x2_section() -> str:
         "444K tokens/s; our one-GPU step is faster, so the same exposed communication costs a larger share: per GPU, "
         f"DDP here runs {ddp['tokens_per_sec_per_gpu']:,.0f} tokens/s against its 428K. At 350M: "
         f"{big['ddp_2b']['tokens_per_sec'] / big['one_b16']['tokens_per_sec']:.3f}x.",
-        f"- `fast_fp8h` (`fastest` without CUDA graphs) scales as the recipe does: DDP {fast2['tokens_per_sec'] / fast1['tokens_per_sec']:.3f}x "
+        f"- `fast_fp8h` (the float8-head candidate for `fastest`, without CUDA graphs) scales as the recipe does: DDP {fast2['tokens_per_sec'] / fast1['tokens_per_sec']:.3f}x "
         f"its one-GPU run, and {fast2['tokens_per_sec'] / run5['one_b16']['tokens_per_sec']:.3f}x the recipe on one GPU.",
         f"- **FSDP2** runs at {fsdp['tokens_per_sec'] / ddp['tokens_per_sec']:.1%} of DDP's tokens/s at 124M and "
         f"{big['fsdp2_2']['tokens_per_sec'] / big['ddp_2b']['tokens_per_sec']:.1%} at 350M (bar 95%: **missed**). Sharding "
