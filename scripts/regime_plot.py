@@ -1,6 +1,6 @@
 """Where a training step goes in the two regimes on the H200, from committed results only.
 
-    python scripts/regime_plot.py   # writes results/h200-small/regimes.png
+    python scripts/regime_plot.py [OUT.png]   # default: results/h200-small/regimes.png
 
 Top: each regime's step split by CUDA graphs, from two variants of one run that differ only in
 `compile_mode: reduce-overhead`: the graph-replayed step bounds the GPU's own work (the same kernels, launched
@@ -11,6 +11,7 @@ were cut by its time limit, so it has no bottom bar).
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -39,7 +40,7 @@ def families(path: str) -> tuple[dict[str, float], float]:
     return fams, float(gpu.group(1))
 
 
-def main() -> None:
+def main(out: Path = OUT) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), height_ratios=(1, 1))
     for i, (label, run, plain, graphs) in enumerate(PAIRS):
         total, replay = step_ms(run, plain), step_ms(run, graphs)
@@ -68,9 +69,10 @@ def main() -> None:
     bottom.set_xlabel("GPU time of one traced step (ms), kernels summed by family (torch.profiler)")
     bottom.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     fig.tight_layout()
-    fig.savefig(OUT, dpi=110, bbox_inches="tight")
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
