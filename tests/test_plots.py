@@ -129,7 +129,7 @@ SWEEP_ROWS = [
 def test_batch_sweeps_group_rows_that_differ_only_in_batch() -> None:
     from benchlab.plots import batch_sweeps
 
-    sweeps = batch_sweeps(SWEEP_ROWS + [row("no_settings")])
+    sweeps = batch_sweeps([row("no_settings"), *SWEEP_ROWS])  # a row without knobs is passed over, not the end
     assert [[r["variant"] for r in s] for s in sweeps] == [["b4", "recipe", "b64", "b512"], ["fp32_b8", "fp32"]]
 
 
