@@ -143,6 +143,9 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
             spread = r.get("val_loss_repeat_spread") or 0.0
             if spread > repeat_tolerance:
                 warnings.append(f"repeats disagree: val loss spread {spread:.4f} > {repeat_tolerance}")
+            asked = r.get("repeats_asked")
+            if asked and r.get("repeats", asked) < asked:
+                warnings.append(f"{r['repeats']} of {asked} repeats: a time limit stopped the rest")
             if r.get("interference_suspected"):
                 warnings.append(_interference(r))
             if r.get("peak_mem_allocated_comparable") is False:

@@ -88,6 +88,7 @@ PY
     # Into the log file, not through `| tee`: after the time limit's KILL, torchrun's ranks would keep a pipe's
     # write end open and the pipeline would wait for them (on 2026-11-30 a call overran its limit so, and its
     # results were never packed).
+    BENCHLAB_DEADLINE=$(( $(date +%s) + ${TIME_LIMIT_S:-210} - 20 )) \
     timeout --signal=KILL "${TIME_LIMIT_S:-210}" python3 -m dvc repro --keep-going aggregate \
       $(grep -q "variants: \[\]" params.yaml || echo profile) > "$out/${model}_log.txt" 2>&1 || status=$?
     . "$src/scripts/stop_leftovers.sh" && stop_leftovers "$repo"

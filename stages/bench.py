@@ -17,6 +17,12 @@ The ranks train on their slices of the same global batch, gather their
 records, and the first rank (of each node) writes the combined one for this
 process, which keeps the device lock and writes the result. A rank that dies
 fails the stage with nothing recorded.
+
+A scripted run with a time limit (scripts/gpu_matrix.sh) sets BENCHLAB_DEADLINE,
+a Unix time: a variant then starts no repeat that its shortest repeat so far
+says would end past it, and records the repeats it has, saying how many of
+`bench.repeats` ran; a variant reaching the deadline before its first repeat
+fails with nothing recorded. Without it, every variant runs all its repeats.
 """
 
 import argparse
@@ -30,7 +36,7 @@ from benchlab.build import model_shape
 from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
-from benchlab.errors import run_main
+from benchlab.errors import LabError, run_main
 from benchlab.harness import process_age_s
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     with devlock.device_lock(device, p.bench.lock, f"bench@{name}"):
         runs = run_repeats(p, name, [args.data_dir, args.result_dir, args.steps_dir])
     cfg, n_params = model_shape(p, settings, data.vocab_size)
-    record = measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance)
+    record = {**measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance), "repeats_asked": p.bench.repeats}
     write_text(steps, steps_csv(runs[0]))
     write_json(result, record)
     if record["status"] == "ok":
@@ -83,7 +89,13 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
     runs: list[RunRecord] = []
     settings = p.variants[name]
     place = f"variant {list(p.variants).index(name) + 1} of {len(p.variants)}"  # the matrix's progress
+    deadline, walls = deadline_from_env(), []
+    if deadline is not None and time.time() >= deadline:
+        raise LabError(f"bench@{name}: BENCHLAB_DEADLINE passed before its first repeat; nothing recorded")
     for i in range(p.bench.repeats):
+        if deadline is not None and walls and time.time() + min(walls) > deadline:
+            print(f"bench@{name}: {i} of {p.bench.repeats} repeats: another would end past BENCHLAB_DEADLINE", flush=True)
+            break
         label = f"bench@{name} ({place}) repeat {i + 1}/{p.bench.repeats}"
         began = time.perf_counter()
         if settings.parallel != "none":
@@ -95,11 +107,23 @@ def run_repeats(p: Params, name: str, paths: list[str]) -> list[RunRecord]:
         else:
             rec = repeat_in_fresh_process(["stages.bench", "--variant", name, *paths])
         runs.append(rec)
-        print(f"{label}: {rec.status} {rec.message}".rstrip() + f" ({repeat_cost(rec, time.perf_counter() - began)})",
-              flush=True)
+        walls.append(time.perf_counter() - began)
+        print(f"{label}: {rec.status} {rec.message}".rstrip() + f" ({repeat_cost(rec, walls[-1])})", flush=True)
         if rec.status != "ok":
             break
     return runs
+
+
+def deadline_from_env() -> float | None:
+    """BENCHLAB_DEADLINE as a Unix time in seconds, or None when unset."""
+    text = os.environ.get("BENCHLAB_DEADLINE", "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise LabError(f"BENCHLAB_DEADLINE={text!r} is not a Unix time in seconds; unset it or give one, "
+                       "e.g. $(( $(date +%s) + 600 ))") from None
 
 
 def repeat_cost(rec: RunRecord, wall_s: float) -> str:

@@ -177,3 +177,55 @@ def test_a_repeat_process_s_exit_is_timed_by_its_parent(tmp_path: Path, monkeypa
     rec = repeat_in_fresh_process(["slow_exit"])
     assert rec.status == "ok" and rec.setup_s == 1.5
     assert rec.exit_s is not None and 0.45 < rec.exit_s < 5.0
+
+
+class FakeClock:
+    """time.time and time.perf_counter that only a stand-in repeat moves forward."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("seconds_left, ran", [(1000.0, 3), (100.0, 1), (130.0, 2)])
+def test_a_deadline_stops_repeats_that_would_end_past_it(seconds_left: float, ran: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Repeats of 60, 50 and 50 s: the next one is judged by the shortest so far.
+    import stages.bench as bench
+    from benchlab.config import parse_params
+    from tests.conftest import micro_params
+
+    clock, walls = FakeClock(), iter([60.0, 50.0, 50.0])
+
+    def repeat(argv: list[str], nproc: int = 1) -> RunRecord:
+        clock.now += next(walls)
+        return RunRecord(status="ok")
+
+    monkeypatch.setattr(bench, "time", clock)
+    monkeypatch.setattr(bench, "repeat_in_fresh_process", repeat)
+    monkeypatch.setenv("BENCHLAB_DEADLINE", str(clock.now + seconds_left))
+    p = parse_params(micro_params(bench__repeats=3))
+    assert len(bench.run_repeats(p, "recipe", ["d", "r", "s"])) == ran
+
+
+def test_a_passed_or_garbled_deadline_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.bench as bench
+    from benchlab.config import parse_params
+    from benchlab.errors import LabError
+    from tests.conftest import micro_params
+
+    p = parse_params(micro_params(bench__repeats=3))
+    monkeypatch.setattr(bench, "repeat_in_fresh_process", lambda *a, **k: pytest.fail("no repeat may start"))
+    monkeypatch.setenv("BENCHLAB_DEADLINE", "1")  # 1970
+    with pytest.raises(LabError, match="BENCHLAB_DEADLINE passed before its first repeat; nothing recorded"):
+        bench.run_repeats(p, "recipe", ["d", "r", "s"])
+    monkeypatch.setenv("BENCHLAB_DEADLINE", "in ten minutes")
+    with pytest.raises(LabError, match="BENCHLAB_DEADLINE='in ten minutes' is not a Unix time in seconds"):
+        bench.run_repeats(p, "recipe", ["d", "r", "s"])
+    monkeypatch.delenv("BENCHLAB_DEADLINE")
+    assert bench.deadline_from_env() is None

@@ -43,6 +43,15 @@ def test_repeats_that_disagree_are_flagged() -> None:
     assert rows[1]["notes"] == "repeats disagree: val loss spread 0.0500 > 0.02"
 
 
+def test_repeats_a_time_limit_stopped_are_said() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, 1000.0, repeats=3, repeats_asked=3),
+        result("cut", 200.0, 5.0, 500.0, repeats=2, repeats_asked=3),
+        result("older", 200.0, 5.0, 500.0, repeats=1),  # a record from before repeats_asked existed
+    ], "fp32_baseline", tolerance=0.1)
+    assert [r["notes"] for r in rows] == ["", "2 of 3 repeats: a time limit stopped the rest", ""]
+
+
 def test_failed_and_skipped_variants_get_no_figures() -> None:
     rows = summarize([
         result("fp32_baseline", 100.0, 5.0, 1000.0),
