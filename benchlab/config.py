@@ -196,8 +196,9 @@ class RunSettings:
         "recompute the cheap ops between them", "4. wraps each block")
     loss: LossKind = knob(
         "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); inline: the same "
-        "logits and cross-entropy, but only the loss leaves the compiled region; chunked: cross-entropy over chunks "
-        "of tokens, each recomputed in backward; fused: liger-kernel's fused linear + cross-entropy, after the "
+        "logits and cross-entropy, but only the loss leaves the compiled region; chunked: after the compiled body, "
+        "the output layer and cross-entropy over chunks of tokens, each chunk's gradients made in forward so only "
+        "one chunk's logits live; fused: liger-kernel's fused linear + cross-entropy, after the "
         "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering)",
         "5. the loss head",
         _loss_skip)

@@ -6,10 +6,18 @@
   torch.compile the logits are no output of the graph: the compiler may fuse
   the cross-entropy into the output layer's epilogue and keep only what
   backward needs.
-- chunked: cross-entropy over chunks of `CHUNK_TOKENS` tokens, each chunk's
-  logits recomputed in backward, so the (tokens x vocab) logits tensor never
-  lives whole; the module returns only the loss, so under torch.compile no
-  logits leave the compiled region.
+- chunked: the model's body runs (compiled, if asked) up to the final hidden
+  states; then the output layer and cross-entropy run over chunks of
+  `CHUNK_TOKENS` tokens, each chunk's gradients made as soon as its loss
+  (softmax minus one-hot, then the two products), so only one chunk's
+  logits ever live and backward merely scales the stored gradients: the
+  standard head's matrix products, none repeated. Each chunk's arithmetic
+  is one compiled function under compile. The head runs outside the
+  compiled region: inside it (tried on the H200, 2026-12-01) the compiled
+  graph did not lower the peak, while a head outside it (liger's) did.
+  Until 2026-12-01 `chunked` checkpointed each chunk inside the compiled
+  region instead (its logits recomputed in backward); the H200 figures of
+  `loss_chunked` and of the old `lean` are of that path.
 - fused: the model's body runs (compiled, if asked) up to the final hidden
   states; liger-kernel's fused linear + cross-entropy Triton kernel then
   computes the loss without materializing logits, in the autocast dtype
@@ -25,50 +33,85 @@
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from benchlab.config import LossKind
 from model.gpt import GPT
 
-# 2048 tokens x 50304 vocabulary in fp32 is 412 MB per live chunk, against
-# 3.3 GB for a 16 x 1024 batch's whole logits.
+# A 2048-token chunk's logits at GPT-2's 50,304-token vocabulary are 206 MB in bf16 (as much again for their
+# gradient), against 1.6 GB for a 16 x 1024 batch's; 2048 rows fill the H200's tensor cores, and 8 chunks keep
+# the fp32 sum of the output weight's gradient (read and written once per chunk) near half a millisecond.
 CHUNK_TOKENS = 2048
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ChunkStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool],
+                     "tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]"]
 
 
-def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = hidden @ weight.t()  # (chunk, vocab)
-    return F.cross_entropy(logits.float(), targets, reduction="sum")
+def chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         with_grads: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Summed cross-entropy of one chunk's (n, C) hidden states, and that sum's gradients with respect to them
+    and to the (V, C) output weight (None without `with_grads`). The logits' gradient, softmax minus one-hot, is
+    cast to the hidden states' dtype before the two products, as the standard head's backward casts it."""
+    logits = (hidden @ weight.t()).float()  # (n, V); softmax in fp32, as F.cross_entropy runs under autocast
+    lse = logits.logsumexp(dim=-1)
+    loss_sum = (lse - logits.gather(1, targets[:, None]).squeeze(1)).sum()
+    if not with_grads:
+        return loss_sum, None, None
+    grad_logits = (logits - lse[:, None]).exp()
+    grad_logits = grad_logits.scatter_add(1, targets[:, None], grad_logits.new_full((targets.numel(), 1), -1.0))
+    grad_logits = grad_logits.to(hidden.dtype)
+    return loss_sum, grad_logits @ weight, grad_logits.t() @ hidden
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy whose gradients are made in forward, chunk by chunk; backward scales them."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,  # type: ignore[override]
+                chunk: int, step: ChunkStep) -> torch.Tensor:
+        n = hidden.size(0)
+        total = hidden.new_zeros((), dtype=torch.float32)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        for start in range(0, n, chunk):
+            loss_sum, g_hidden, g_weight = step(hidden[start : start + chunk], weight, targets[start : start + chunk],
+                                                True)
+            assert g_hidden is not None and g_weight is not None
+            total += loss_sum
+            grad_hidden[start : start + chunk] = g_hidden
+            grad_weight += g_weight
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.n, ctx.weight_dtype = n, weight.dtype
+        return total / n
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:  # type: ignore[override]
+        grad_hidden, grad_weight = ctx.saved_tensors
+        scale = grad_loss / ctx.n
+        return grad_hidden * scale.to(grad_hidden.dtype), (grad_weight * scale).to(ctx.weight_dtype), None, None, None
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                          chunk: int | None = None) -> torch.Tensor:
-    """Mean cross-entropy of (N, C) hidden states against (N,) targets, one chunk of `chunk` (default
-    `CHUNK_TOKENS`, read at the call) tokens' logits at a time."""
-    chunk = chunk or CHUNK_TOKENS
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.size(0), chunk):
-        end = start + chunk
-        total = total + checkpoint(_chunk_loss_sum, hidden[start:end], weight, targets[start:end],
-                                   use_reentrant=False)
-    return total / hidden.size(0)
-
-
-class ChunkedLoss(nn.Module):
-    """The model with a chunked loss head: forward(idx, targets) returns only the mean loss."""
-
-    def __init__(self, model: GPT) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.features(idx)  # (B, T, C)
-        return chunked_cross_entropy(hidden.flatten(0, 1), self.model.lm_head.weight, targets.flatten())
+                          chunk: int | None = None, step: ChunkStep | None = None) -> torch.Tensor:
+    """Mean cross-entropy of (N, C) hidden states against (N,) targets through the (V, C) output weight, one
+    chunk of `chunk` (default `CHUNK_TOKENS`, read at the call) tokens' logits at a time, each chunk through
+    `step` (default `chunk_loss_and_grads`; a compiled copy under compile). Under autocast both operands are cast
+    to its dtype, as the output layer's matmul is; the casts' backward returns gradients in the parameters'."""
+    chunk, step = chunk or CHUNK_TOKENS, step or chunk_loss_and_grads
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _ChunkedCrossEntropy.apply(hidden, weight, targets, chunk, step)
+    total = sum(step(hidden[start : start + chunk], weight, targets[start : start + chunk], False)[0]
+                for start in range(0, hidden.size(0), chunk))
+    return total / hidden.size(0)  # no gradient wanted (evaluation): the loss alone
 
 
 class Features(nn.Module):
@@ -129,16 +172,24 @@ class BodyThenHead:
         return out[1] if self.kind == "standard" else out
 
 
-def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module]) -> LossFn:
-    """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head."""
+def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], compile_chunks: bool = False) -> LossFn:
+    """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head;
+    `compile_chunks`: the chunked head's per-chunk arithmetic compiled (torch.compile's default mode: CUDA
+    graphs would hand back outputs that the next chunk's replay overwrites)."""
     if kind == "standard":
         body = wrap(model)
         return lambda idx, targets: body(idx, targets)[1]
     if kind == "inline":
         return wrap(LossOnly(model))
-    if kind == "chunked":
-        return wrap(ChunkedLoss(model))
     features = wrap(Features(model))
+    if kind == "chunked":
+        step = torch.compile(chunk_loss_and_grads, dynamic=False) if compile_chunks else chunk_loss_and_grads
+
+        def chunked_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            hidden = features(idx).flatten(0, 1)  # (B*T, C)
+            return chunked_cross_entropy(hidden, model.lm_head.weight, targets.flatten(), step=step)
+
+        return chunked_loss
     kernel = _liger_loss() if kind == "fused" else _cce_loss()
 
     def library_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

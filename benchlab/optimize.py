@@ -263,6 +263,6 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
         loss = BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
     else:
-        loss = loss_fn(model, settings.loss, wrapper(settings, device))
+        loss = loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile)
     optimizer = make_optimizer(model, settings, train)
     return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)

@@ -537,7 +537,9 @@ def lean_study_lines() -> list[str]:
         f"{chunked['lean_chunked']['tokens_per_sec'] / chunked['recipe']['tokens_per_sec']:.3f}x the recipe against "
         f"{chunked['lean_inline']['tokens_per_sec'] / chunked['recipe']['tokens_per_sec']:.3f}x: inside one compiled "
         "graph the chunks did not lower the peak. Its own study (`results/h200-knobs/lean-chunked/`) was cut "
-        "before its record was written.",
+        "before its record was written. `loss: chunked` now runs that head after the compiled body, where liger's "
+        "head lowered the peak; full checkpointing with it (`lean_chunked` in `scripts/knob_candidates.json`) is "
+        "not yet measured on the GPU.",
     ]
 
 

@@ -132,21 +132,78 @@ def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict, monkey
 
 
 def test_chunked_loss_keeps_only_one_chunk_of_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each chunk's products see that chunk's rows only; the gradients are made in forward, one chunk at a time.
+    from benchlab import losses
+
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    real = losses.chunk_loss_and_grads
+    monkeypatch.setattr(losses, "chunk_loss_and_grads",
+                        lambda h, w, t, with_grads: (seen.append((tuple(h.shape), with_grads)), real(h, w, t, with_grads))[1])
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(50, 8, requires_grad=True), torch.randn(30, 8, requires_grad=True)
+    targets = torch.randint(0, 30, (50,))
+    loss = losses.chunked_cross_entropy(hidden, weight, targets, chunk=16)
+    assert seen == [((16, 8), True), ((16, 8), True), ((16, 8), True), ((2, 8), True)]
+    reference = torch.nn.functional.cross_entropy(hidden @ weight.t(), targets)
+    assert float(loss) == pytest.approx(float(reference), rel=1e-6)
+    # Backward scales the stored gradients by the loss's own gradient (3 here, as a caller's loss scaling would).
+    (3 * loss).backward()
+    expected = torch.autograd.grad(3 * reference, (hidden, weight))
+    torch.testing.assert_close(hidden.grad, expected[0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(weight.grad, expected[1], rtol=1e-5, atol=1e-7)
+    seen.clear()
+    with torch.no_grad():  # evaluation: the loss alone, no gradient products
+        assert float(losses.chunked_cross_entropy(hidden, weight, targets, chunk=32)) == pytest.approx(float(loss), rel=1e-6)
+    assert seen == [((32, 8), False), ((18, 8), False)]
+    seen.clear()
+    monkeypatch.setattr(losses, "CHUNK_TOKENS", 24)  # the module's chunk size, read at each call
+    losses.chunked_cross_entropy(hidden, weight, targets)
+    assert [shape for shape, _ in seen] == [(24, 8), (24, 8), (2, 8)]
+
+
+def test_chunked_loss_multiplies_in_the_autocast_dtype() -> None:
+    # Under bf16 autocast the products run in bf16 as the output layer's do, and the parameters' gradients come
+    # back in fp32; the loss and gradients match the standard head's within bf16 rounding.
     from benchlab.losses import chunked_cross_entropy
 
-    seen: list[tuple[int, ...]] = []
-    real = torch.nn.functional.cross_entropy
-    monkeypatch.setattr(torch.nn.functional, "cross_entropy", lambda logits, *a, **k: (seen.append(tuple(logits.shape)),
-                                                                                       real(logits, *a, **k))[1])
-    hidden, weight = torch.randn(50, 8), torch.randn(30, 8)
-    targets = torch.randint(0, 30, (50,))
-    loss = chunked_cross_entropy(hidden, weight, targets, chunk=16)
-    assert seen == [(16, 30), (16, 30), (16, 30), (2, 30)]
-    assert float(loss) == pytest.approx(float(real(hidden @ weight.t(), targets)), rel=1e-6)
-    seen.clear()
-    monkeypatch.setattr("benchlab.losses.CHUNK_TOKENS", 24)  # the module's chunk size, read at each call
-    chunked_cross_entropy(hidden, weight, targets)
-    assert seen == [(24, 30), (24, 30), (2, 30)]
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(64, 16, requires_grad=True), torch.randn(40, 16, requires_grad=True)
+    targets = torch.randint(0, 40, (64,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = chunked_cross_entropy(hidden, weight, targets, chunk=24)
+        reference = torch.nn.functional.cross_entropy(torch.nn.functional.linear(hidden, weight), targets)
+    loss.backward()
+    expected = torch.autograd.grad(reference, (hidden, weight))
+    assert loss.dtype == torch.float32 and hidden.grad.dtype == weight.grad.dtype == torch.float32
+    assert float(loss) == pytest.approx(float(reference), rel=1e-3)
+    torch.testing.assert_close(hidden.grad, expected[0], rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(weight.grad, expected[1], rtol=2e-2, atol=2e-3)
+    exact = torch.nn.functional.cross_entropy(hidden.detach() @ weight.detach().t(), targets)
+    assert abs(float(loss) - float(exact)) > 1e-6  # bf16 products: not the fp32 loss
+
+
+@pytest.mark.parametrize("compile_chunks", [False, True])
+def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool) -> None:
+    # Only the body goes to `wrap` (torch.compile, DDP); the head's per-chunk arithmetic is compiled apart when
+    # asked, and the step sees the model's own loss and gradients.
+    from benchlab.losses import Features, loss_fn
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    model(x, y)[1].backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    wrapped: list[torch.nn.Module] = []
+    torch._dynamo.utils.counters.clear()
+    loss = loss_fn(model, "chunked", lambda module: (wrapped.append(module), module)[1], compile_chunks=compile_chunks)
+    out = loss(x, y)
+    assert [type(m) for m in wrapped] == [Features]
+    assert (torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0) is compile_chunks  # the chunk step's graph
+    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-5)
+    out.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
