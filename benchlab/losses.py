@@ -172,7 +172,7 @@ class BodyThenHead:
         return out[1] if self.kind == "standard" else out
 
 
-def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], compile_chunks: bool = False) -> LossFn:
+def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], *, compile_chunks: bool) -> LossFn:
     """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head;
     `compile_chunks`: the chunked head's per-chunk arithmetic compiled (torch.compile's default mode: CUDA
     graphs would hand back outputs that the next chunk's replay overwrites)."""

@@ -164,14 +164,27 @@ def test_chunked_loss_keeps_only_one_chunk_of_logits(monkeypatch: pytest.MonkeyP
 def test_chunked_loss_multiplies_in_the_autocast_dtype() -> None:
     # Under bf16 autocast the products run in bf16 as the output layer's do, and the parameters' gradients come
     # back in fp32; the loss and gradients match the standard head's within bf16 rounding.
+    from benchlab import losses
     from benchlab.losses import chunked_cross_entropy
 
     torch.manual_seed(0)
     hidden, weight = torch.randn(64, 16, requires_grad=True), torch.randn(40, 16, requires_grad=True)
     targets = torch.randint(0, 40, (64,))
+    dtypes: list[tuple[torch.dtype, torch.dtype]] = []
+
+    def step(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, with_grads: bool):  # type: ignore[no-untyped-def]
+        dtypes.append((h.dtype, w.dtype))
+        return losses.chunk_loss_and_grads(h, w, t, with_grads)
+
+    saved: list[tuple[torch.dtype, tuple[int, ...]]] = []
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(
+            lambda t: (saved.append((t.dtype, tuple(t.shape))), t)[1], lambda t: t):
+        loss = chunked_cross_entropy(hidden, weight, targets, chunk=24, step=step)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = chunked_cross_entropy(hidden, weight, targets, chunk=24)
         reference = torch.nn.functional.cross_entropy(torch.nn.functional.linear(hidden, weight), targets)
+    assert dtypes == [(torch.bfloat16, torch.bfloat16)] * 3  # both operands cast before the chunks, as Linear's
+    # Kept for backward: the hidden states' gradient in their dtype, the weight's summed over the chunks in fp32.
+    assert saved == [(torch.bfloat16, (64, 16)), (torch.float32, (40, 16))]
     loss.backward()
     expected = torch.autograd.grad(reference, (hidden, weight))
     assert loss.dtype == torch.float32 and hidden.grad.dtype == weight.grad.dtype == torch.float32
@@ -182,8 +195,41 @@ def test_chunked_loss_multiplies_in_the_autocast_dtype() -> None:
     assert abs(float(loss) - float(exact)) > 1e-6  # bf16 products: not the fp32 loss
 
 
+def test_chunk_gradients_are_made_in_the_operands_dtype() -> None:
+    # Without autocast, bf16 operands give bf16 products: softmax minus one-hot is cast down before them.
+    from benchlab.losses import chunk_loss_and_grads
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(8, 16).bfloat16(), torch.randn(40, 16).bfloat16()
+    targets = torch.randint(0, 40, (8,))
+    loss_sum, grad_hidden, grad_weight = chunk_loss_and_grads(hidden, weight, targets, with_grads=True)
+    assert grad_hidden is not None and grad_weight is not None
+    assert grad_hidden.dtype == grad_weight.dtype == torch.bfloat16 and loss_sum.dtype == torch.float32
+    probs = torch.softmax((hidden @ weight.t()).float(), dim=-1) - torch.nn.functional.one_hot(targets, 40)
+    torch.testing.assert_close(grad_hidden, probs.bfloat16() @ weight)
+    torch.testing.assert_close(grad_weight, probs.bfloat16().t() @ hidden)
+
+
+def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
+    from benchlab.losses import chunk_loss_and_grads, chunked_cross_entropy
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(20, 8, requires_grad=True), torch.randn(30, 8)  # a frozen output layer
+    targets = torch.randint(0, 30, (20,))
+    asked: list[bool] = []
+
+    def step(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, with_grads: bool):  # type: ignore[no-untyped-def]
+        asked.append(with_grads)
+        return chunk_loss_and_grads(h, w, t, with_grads)
+
+    chunked_cross_entropy(hidden, weight, targets, chunk=8, step=step).backward()
+    assert asked == [True] * 3  # the gradients are made in forward, not left to autograd through the chunks
+    expected = torch.autograd.grad(torch.nn.functional.cross_entropy(hidden @ weight.t(), targets), hidden)[0]
+    torch.testing.assert_close(hidden.grad, expected, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("compile_chunks", [False, True])
-def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool) -> None:
+def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the body goes to `wrap` (torch.compile, DDP); the head's per-chunk arithmetic is compiled apart when
     # asked, and the step sees the model's own loss and gradients.
     from benchlab.losses import Features, loss_fn
@@ -195,11 +241,21 @@ def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool) -> None:
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     wrapped: list[torch.nn.Module] = []
-    torch._dynamo.utils.counters.clear()
+    compiled: list[dict] = []
+    calls = [0]
+    real_compile = torch.compile
+
+    def compile_and_count(fn, **kw):  # type: ignore[no-untyped-def]
+        compiled.append(kw)
+        step = real_compile(fn, **kw)
+        return lambda *args: (calls.__setitem__(0, calls[0] + 1), step(*args))[1]
+
+    monkeypatch.setattr(torch, "compile", compile_and_count)
     loss = loss_fn(model, "chunked", lambda module: (wrapped.append(module), module)[1], compile_chunks=compile_chunks)
     out = loss(x, y)
     assert [type(m) for m in wrapped] == [Features]
-    assert (torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0) is compile_chunks  # the chunk step's graph
+    assert compiled == ([{"dynamic": False}] if compile_chunks else [])  # the chunk step, in the default mode
+    assert calls[0] == (1 if compile_chunks else 0)  # 16 tokens: one chunk, through the compiled step
     assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-5)
     out.backward()
     for name, p in model.named_parameters():
@@ -211,7 +267,7 @@ def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
 
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     wrapped: list[torch.nn.Module] = []
-    loss = loss_fn(model, "inline", lambda module: (wrapped.append(module), module)[1])
+    loss = loss_fn(model, "inline", lambda module: (wrapped.append(module), module)[1], compile_chunks=True)
     x = torch.randint(0, 32, (2, 8))
     out = loss(x, x)
     assert [type(m) for m in wrapped] == [LossOnly] and wrapped[0].model is model
@@ -269,7 +325,7 @@ def test_library_losses_get_hidden_states_weight_and_targets(kind: str, module: 
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     x = torch.randint(0, 32, (2, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = loss_fn(model, kind, lambda m: m)(x, x)
+        out = loss_fn(model, kind, lambda m: m, compile_chunks=False)(x, x)
     (args, kwargs), = calls
     weight, hidden, targets = args if kind == "fused" else (args[1], args[0], args[2])
     assert hidden.shape == (16, 16) and hidden.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16
