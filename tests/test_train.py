@@ -228,18 +228,24 @@ def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() ->
     torch.testing.assert_close(hidden.grad, expected, rtol=1e-5, atol=1e-7)
 
 
+def model_with_its_gradients(n_layer: int) -> tuple[GPT, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """A seeded toy model, a batch, and the gradients its own forward gives (the model's grads cleared again)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    model(x, y)[1].backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return model, x, y, expected
+
+
 @pytest.mark.parametrize("compile_chunks", [False, True])
 def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the body goes to `wrap` (torch.compile, DDP); the head's per-chunk arithmetic is compiled apart when
     # asked, and the step sees the model's own loss and gradients.
     from benchlab.losses import Features, loss_fn
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
-    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
-    model(x, y)[1].backward()
-    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
+    model, x, y, expected = model_with_its_gradients(n_layer=1)
     wrapped: list[torch.nn.Module] = []
     compiled: list[dict] = []
     calls = [0]
@@ -280,12 +286,7 @@ def test_body_then_head_wraps_only_the_output_layer_and_loss(kind: str, returns_
     # sees the model's own loss and gradients.
     from benchlab.losses import BodyThenHead, OutputLoss
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))
-    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
-    model(x, y)[1].backward()
-    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
+    model, x, y, expected = model_with_its_gradients(n_layer=2)
     wrapped: list[torch.nn.Module] = []
     loss = BodyThenHead(model, kind, lambda module: (wrapped.append(module), module)[1])  # type: ignore[arg-type]
     assert [type(m) for m in wrapped] == [OutputLoss] and wrapped[0].lm_head is model.lm_head
