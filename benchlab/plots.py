@@ -162,7 +162,8 @@ def read_steps(rows: list[dict[str, Any]], steps_dir: Path) -> dict[str, pd.Data
     return {name: frame for name, frame in frames.items() if len(frame)}
 
 
-def _save(fig: Figure, path: Path) -> None:
+def save_png(fig: Figure, path: Path) -> None:
+    """The figure as a PNG at path, written whole or not at all, then closed."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -227,5 +228,5 @@ def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path, basel
     if sweeps:
         figures["batch_sweep.png"] = batch_figure(sweeps, mem_key)
     for name, fig in figures.items():
-        _save(fig, out_dir / name)
+        save_png(fig, out_dir / name)
     return [out_dir / name for name in figures]

@@ -9,35 +9,38 @@ Bottom: the GPU-bound regime's kernel time by family, from the profile stage (th
 were cut by its time limit, so it has no bottom bar).
 """
 
+import gzip
 import json
-import re
 import sys
 from pathlib import Path
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchlab.profiling import kernel_summary  # noqa: E402  (the profile stage's own per-family sums)
+
 OUT = ROOT / "results/h200-small/regimes.png"
 # (label, run, variant without graphs, the same with CUDA graphs)
 PAIRS = [("gpt_small, 16 x 256: recipe", "results/h200-small", "recipe", "cuda_graphs"),
          ("gpt2_124m, 16 x 1024: fast_fp8h", "results/h200-knobs/fp8-head", "fast_fp8h", "fast_fp8h_cg")]
-PROFILE = "results/h200-profiles/plots/profiles/recipe_kernels.md"
+PROFILE_RUN, PROFILE_VARIANT = "results/h200-profiles", "recipe"
 
 
 def step_ms(run: str, variant: str) -> float:
     return float(json.loads((ROOT / run / "metrics/variants" / f"{variant}.json").read_text())["step_ms_median"])
 
 
-def families(path: str) -> tuple[dict[str, float], float]:
-    """Kernel ms per step by family, and the traced step's GPU time (first to last kernel), from a kernels.md."""
-    text = (ROOT / path).read_text()
-    fams = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([a-z -]+) \| ([\d.]+) \| [\d.]+ \|$", text, re.M)}
-    gpu = re.search(r"in ([\d.]+) ms of GPU time per traced step", text)
-    assert gpu, f"{path}: no GPU time line"
-    return fams, float(gpu.group(1))
+def families(run: str, variant: str) -> tuple[dict[str, float], float]:
+    """Kernel ms per step by family, and the traced step's GPU time (first to last kernel), from the run's trace."""
+    steps = yaml.safe_load((ROOT / run / "params.yaml").read_text())["profile"]["steps"]
+    with gzip.open(ROOT / run / "plots/profiles" / f"{variant}_trace.json.gz", "rt") as f:
+        summary = kernel_summary(json.load(f)["traceEvents"], steps)
+    return dict(summary["families"]), summary["gpu_step_ms"]
 
 
 def main(out: Path = OUT) -> None:
@@ -58,7 +61,7 @@ def main(out: Path = OUT) -> None:
     top.set_xlabel("share of the median step (%)")
     top.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     top.set_title("Where the step goes: launch-bound (gpt_small) against GPU-bound (GPT-2 124M)")
-    fams, gpu_ms = families(PROFILE)
+    fams, gpu_ms = families(PROFILE_RUN, PROFILE_VARIANT)
     left = 0.0
     colors = plt.get_cmap("tab10").colors
     for j, (name, ms) in enumerate(sorted(fams.items(), key=lambda kv: -kv[1])):

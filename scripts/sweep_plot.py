@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchlab.plots import _save, batch_figure, batch_sweeps, memory_key
+from benchlab.plots import batch_figure, batch_sweeps, memory_key, save_png
 from benchlab.report import summarize
 
 
@@ -23,7 +23,7 @@ def main() -> None:
     sweeps = batch_sweeps(rows)
     if not sweeps:
         raise SystemExit(f"{run}: no variants that differ only in batch size")
-    _save(batch_figure(sweeps, memory_key(rows)), run / "batch_sweep.png")
+    save_png(batch_figure(sweeps, memory_key(rows)), run / "batch_sweep.png")
     print(f"wrote {run / 'batch_sweep.png'}: " + "; ".join(", ".join(r["variant"] for r in s) for s in sweeps))
 
 
