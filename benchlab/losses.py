@@ -62,9 +62,11 @@ def chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     loss_sum = (lse - logits.gather(1, targets[:, None]).squeeze(1)).sum()
     if not with_grads:
         return loss_sum, None, None
-    grad_logits = (logits - lse[:, None]).exp()
-    grad_logits = grad_logits.scatter_add(1, targets[:, None], grad_logits.new_full((targets.numel(), 1), -1.0))
-    grad_logits = grad_logits.to(hidden.dtype)
+    # Softmax minus one-hot as one elementwise expression, so that the compiled function writes it once, in the
+    # hidden states' dtype; a scatter into the fp32 softmax kept a (n, V) fp32 buffer and two more passes over it.
+    probs = (logits - lse[:, None]).exp()
+    target_column = torch.arange(logits.size(1), device=logits.device)[None, :] == targets[:, None]
+    grad_logits = torch.where(target_column, probs - 1.0, probs).to(hidden.dtype)
     return loss_sum, grad_logits @ weight, grad_logits.t() @ hidden
 
 
