@@ -58,6 +58,7 @@ class RunRecord:
     setup_s: float | None = None  # wall time before the first step: building the model (a repeat: from process start)
     startup_s: float | None = None  # a repeat: the part of setup_s before the run began (interpreter, imports, CUDA)
     init_s: float | None = None  # the part of setup_s that built the model and drew its seeded weights on the CPU
+    apply_s: float | None = None  # the part of setup_s that applied the knobs (device, float8, wrappers, optimizer)
     warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
     eval_s: float | None = None  # wall time of the validation loss
     exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
@@ -265,6 +266,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
         rec.init_s = time.perf_counter() - began
         run = apply(model, settings, device, p.train)
         rec.setup_s = time.perf_counter() - began
+        rec.apply_s = rec.setup_s - rec.init_s
         _loop(run, p, data, steps, warmup, rec, progress, on_step)
         began = time.perf_counter()
         rec.val_loss = evaluate(run.model, p, data, device, run.autocast())

@@ -138,7 +138,8 @@ def repeat_cost(rec: RunRecord, wall_s: float) -> str:
             parts.append(f"{label} {seconds:.1f} s")
             if label == "start-up and build":
                 within = [f"{what} {t:.1f} s" for what, t in (("interpreter, imports and device", rec.startup_s),
-                                                                ("the model's seeded init", rec.init_s)) if t is not None]
+                                                                ("the model's seeded init", rec.init_s),
+                                                                ("the knobs applied", rec.apply_s)) if t is not None]
                 parts[-1] += f" (of which {', '.join(within)})" if within else ""
     return ", ".join(parts)
 

@@ -157,11 +157,11 @@ def test_a_repeat_line_names_where_its_wall_time_went() -> None:
     rec = RunRecord(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
     assert repeat_cost(rec, 16.6) == ("16.6 s, start-up and build 9.0 s, warm-up and compile 2.5 s, timed 3.6 s, "
                                       "evaluation 0.4 s")
-    rec = RunRecord(status="ok", setup_s=9.04, startup_s=6.12, init_s=1.27, warmup_s=2.5, window_wall_ms=3600.0,
-                    eval_s=0.44, exit_s=5.96)
+    rec = RunRecord(status="ok", setup_s=9.04, startup_s=6.12, init_s=1.27, apply_s=1.65, warmup_s=2.5,
+                    window_wall_ms=3600.0, eval_s=0.44, exit_s=5.96)
     assert repeat_cost(rec, 22.6) == ("22.6 s, start-up and build 9.0 s (of which interpreter, imports and device "
-                                      "6.1 s, the model's seeded init 1.3 s), warm-up and compile 2.5 s, timed 3.6 s, "
-                                      "evaluation 0.4 s, exit 6.0 s")
+                                      "6.1 s, the model's seeded init 1.3 s, the knobs applied 1.6 s), warm-up and "
+                                      "compile 2.5 s, timed 3.6 s, evaluation 0.4 s, exit 6.0 s")
     rec = RunRecord(status="ok", setup_s=2.0, init_s=0.5)  # in-process: no start-up of its own
     assert repeat_cost(rec, 2.5) == "2.5 s, start-up and build 2.0 s (of which the model's seeded init 0.5 s)"
     assert repeat_cost(RunRecord(status="oom"), 3.0) == "3.0 s"

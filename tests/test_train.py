@@ -65,6 +65,8 @@ def test_run_records_timing_of_steps_after_warmup(params: Params, tokens) -> Non
     assert rec.warmup_s is not None and rec.warmup_s > 0
     assert rec.setup_s is not None and rec.setup_s > 0 and rec.eval_s is not None and rec.eval_s > 0
     assert rec.init_s is not None and 0 < rec.init_s < rec.setup_s  # the seeded init is a part of the build
+    assert rec.apply_s is not None and 0 < rec.apply_s < rec.setup_s  # and the knobs' application the rest
+    assert rec.init_s + rec.apply_s == pytest.approx(rec.setup_s)
     assert rec.memory["peak_rss_mb"] > 0 and rec.memory["peak_mem_allocated_mb"] is None  # CPU: RSS only
 
 
