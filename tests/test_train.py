@@ -212,6 +212,17 @@ def test_chunk_gradients_are_made_in_the_operands_dtype() -> None:
     torch.testing.assert_close(grad_weight, probs.bfloat16().t() @ hidden)
 
 
+def test_chunk_step_makes_everything_on_its_operands_device() -> None:
+    # On a GPU a CPU-made index column would fail the comparison; meta tensors stand in for any other device.
+    from benchlab.losses import chunk_loss_and_grads
+
+    hidden, weight = torch.empty(8, 16, device="meta"), torch.empty(40, 16, device="meta")
+    targets = torch.empty(8, dtype=torch.long, device="meta")
+    outputs = chunk_loss_and_grads(hidden, weight, targets, with_grads=True)
+    assert [t.device.type for t in outputs if t is not None] == ["meta"] * 3
+    assert outputs[1] is not None and outputs[1].shape == (8, 16) and outputs[2] is not None and outputs[2].shape == (40, 16)
+
+
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
     from benchlab.losses import chunk_loss_and_grads, chunked_cross_entropy
 
