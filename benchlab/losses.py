@@ -11,8 +11,10 @@
   `CHUNK_TOKENS` tokens, each chunk's gradients made as soon as its loss
   (softmax minus one-hot, then the two products), so only one chunk's
   logits ever live and backward merely scales the stored gradients: the
-  standard head's matrix products, none repeated. Each chunk's arithmetic
-  is one compiled function under compile. The head runs outside the
+  standard head's matrix products, none repeated. Each chunk's loss and
+  logits' gradient are one compiled function under compile; the output
+  weight's gradient is summed over the chunks in fp32 (on CUDA inside the
+  weight-gradient matmul, `add_weight_grad`). The head runs outside the
   compiled region: inside it (tried on the H200, 2026-12-01) the compiled
   graph did not lower the peak, while a head outside it (liger's) did.
   Until 2026-12-01 `chunked` checkpointed each chunk inside the compiled
@@ -43,20 +45,26 @@ from benchlab.config import LossKind
 from model.gpt import GPT
 
 # A 2048-token chunk's logits at GPT-2's 50,304-token vocabulary are 206 MB in bf16 (as much again for their
-# gradient), against 1.6 GB for a 16 x 1024 batch's; 2048 rows fill the H200's tensor cores, and 8 chunks keep
-# the fp32 sum of the output weight's gradient (read and written once per chunk) near half a millisecond.
+# gradient), against 1.6 GB for a 16 x 1024 batch's; 2048 rows fill the H200's tensor cores. Each chunk reads and
+# writes the fp32 sum of the output weight's gradient once: 8 chunks' separate adds took 1.13 ms per step on the
+# H200 (`results/h200-ours/`), which `add_weight_grad` moves into the matmul on CUDA.
 CHUNK_TOKENS = 2048
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ChunkStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool],
                      "tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]"]
 
+# Devices whose addmm can take bf16 or fp16 operands and add their product into an fp32 sum in place
+# (torch's `out_dtype`): cuBLAS on CUDA; meta only checks shapes and dtypes (the tests use it).
+FP32_SUM_DEVICES = ("cuda", "meta")
+
 
 def chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          with_grads: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Summed cross-entropy of one chunk's (n, C) hidden states, and that sum's gradients with respect to them
-    and to the (V, C) output weight (None without `with_grads`). The logits' gradient, softmax minus one-hot, is
-    cast to the hidden states' dtype before the two products, as the standard head's backward casts it."""
+    and to its (n, V) logits (None without `with_grads`). The logits' gradient, softmax minus one-hot, is made
+    in the hidden states' dtype, as the standard head's backward casts it before its two products; the output
+    weight's product is left to `add_weight_grad`."""
     logits = (hidden @ weight.t()).float()  # (n, V); softmax in fp32, as F.cross_entropy runs under autocast
     lse = logits.logsumexp(dim=-1)
     loss_sum = (lse - logits.gather(1, targets[:, None]).squeeze(1)).sum()
@@ -67,7 +75,18 @@ def chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     probs = (logits - lse[:, None]).exp()
     target_column = torch.arange(logits.size(1), device=logits.device)[None, :] == targets[:, None]
     grad_logits = torch.where(target_column, probs - 1.0, probs).to(hidden.dtype)
-    return loss_sum, grad_logits @ weight, grad_logits.t() @ hidden
+    return loss_sum, grad_logits @ weight, grad_logits
+
+
+def add_weight_grad(total: torch.Tensor, grad_logits: torch.Tensor, hidden: torch.Tensor) -> None:
+    """total (V, C) += grad_logits (n, V)^T @ hidden (n, C). With half-precision operands on a device of
+    `FP32_SUM_DEVICES` one matmul reads and writes the fp32 sum in its epilogue. Elsewhere (the CPU has no such
+    kernel) the product is made in the operands' dtype and then added: on the H200 that add took 1.13 ms of a
+    39.55 ms step (`results/h200-ours/`, before this function)."""
+    if total.device.type in FP32_SUM_DEVICES and grad_logits.dtype in (torch.bfloat16, torch.float16):
+        torch.addmm(total, grad_logits.t(), hidden, out_dtype=total.dtype, out=total)
+    else:
+        total += grad_logits.t() @ hidden
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -81,12 +100,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
         for start in range(0, n, chunk):
-            loss_sum, g_hidden, g_weight = step(hidden[start : start + chunk], weight, targets[start : start + chunk],
-                                                True)
-            assert g_hidden is not None and g_weight is not None
+            rows = hidden[start : start + chunk]
+            loss_sum, g_hidden, g_logits = step(rows, weight, targets[start : start + chunk], True)
+            assert g_hidden is not None and g_logits is not None
             total += loss_sum
             grad_hidden[start : start + chunk] = g_hidden
-            grad_weight += g_weight
+            add_weight_grad(grad_weight, g_logits, rows)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.n, ctx.weight_dtype = n, weight.dtype
         return total / n

@@ -199,17 +199,22 @@ def test_chunked_loss_multiplies_in_the_autocast_dtype() -> None:
 
 def test_chunk_gradients_are_made_in_the_operands_dtype() -> None:
     # Without autocast, bf16 operands give bf16 products: softmax minus one-hot is cast down before them.
-    from benchlab.losses import chunk_loss_and_grads
+    from benchlab.losses import add_weight_grad, chunk_loss_and_grads
 
     torch.manual_seed(0)
     hidden, weight = torch.randn(8, 16).bfloat16(), torch.randn(40, 16).bfloat16()
     targets = torch.randint(0, 40, (8,))
-    loss_sum, grad_hidden, grad_weight = chunk_loss_and_grads(hidden, weight, targets, with_grads=True)
-    assert grad_hidden is not None and grad_weight is not None
-    assert grad_hidden.dtype == grad_weight.dtype == torch.bfloat16 and loss_sum.dtype == torch.float32
+    loss_sum, grad_hidden, grad_logits = chunk_loss_and_grads(hidden, weight, targets, with_grads=True)
+    assert grad_hidden is not None and grad_logits is not None
+    assert grad_hidden.dtype == grad_logits.dtype == torch.bfloat16 and loss_sum.dtype == torch.float32
     probs = torch.softmax((hidden @ weight.t()).float(), dim=-1) - torch.nn.functional.one_hot(targets, 40)
+    torch.testing.assert_close(grad_logits, probs.bfloat16())
     torch.testing.assert_close(grad_hidden, probs.bfloat16() @ weight)
-    torch.testing.assert_close(grad_weight, probs.bfloat16().t() @ hidden)
+    # On the CPU the weight's product is made in bf16 and then added to the fp32 sum.
+    total = torch.full((40, 16), 0.5)
+    add_weight_grad(total, grad_logits, hidden)
+    assert total.dtype == torch.float32
+    torch.testing.assert_close(total, 0.5 + (probs.bfloat16().t() @ hidden).float())
 
 
 def test_chunk_step_makes_everything_on_its_operands_device() -> None:
@@ -220,7 +225,42 @@ def test_chunk_step_makes_everything_on_its_operands_device() -> None:
     targets = torch.empty(8, dtype=torch.long, device="meta")
     outputs = chunk_loss_and_grads(hidden, weight, targets, with_grads=True)
     assert [t.device.type for t in outputs if t is not None] == ["meta"] * 3
-    assert outputs[1] is not None and outputs[1].shape == (8, 16) and outputs[2] is not None and outputs[2].shape == (40, 16)
+    assert outputs[1] is not None and outputs[1].shape == (8, 16) and outputs[2] is not None and outputs[2].shape == (8, 40)
+
+
+def test_weight_gradient_is_summed_in_place_by_one_fp32_output_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the device has it (CUDA; meta checks the call), half-precision operands go to one addmm that adds
+    # their product into the fp32 sum in place; fp32 operands and the CPU take the product, then the add.
+    from benchlab.losses import add_weight_grad
+
+    calls: list[tuple[tuple[int, ...], torch.dtype, bool]] = []
+    real = torch.addmm
+
+    def spy(total, a, b, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((tuple(a.shape), kwargs.get("out_dtype"), kwargs.get("out") is total))
+        return real(total, a, b, **kwargs)
+
+    monkeypatch.setattr(torch, "addmm", spy)
+    total = torch.empty(40, 16, device="meta")
+    add_weight_grad(total, torch.empty(8, 40, device="meta", dtype=torch.bfloat16),
+                    torch.empty(8, 16, device="meta", dtype=torch.bfloat16))
+    assert calls == [((40, 8), torch.float32, True)] and total.dtype == torch.float32
+    add_weight_grad(total, torch.empty(8, 40, device="meta"), torch.empty(8, 16, device="meta"))  # fp32 operands
+    add_weight_grad(torch.zeros(40, 16), torch.zeros(8, 40, dtype=torch.bfloat16), torch.zeros(8, 16, dtype=torch.bfloat16))
+    assert len(calls) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLAS's fp32-output addmm needs a CUDA GPU")
+def test_weight_gradient_sum_on_cuda_matches_the_product_then_the_add() -> None:
+    from benchlab.losses import add_weight_grad
+
+    torch.manual_seed(0)
+    grad_logits = torch.randn(2048, 512, device="cuda").bfloat16()
+    hidden = torch.randn(2048, 64, device="cuda").bfloat16()
+    total = torch.randn(512, 64, device="cuda")
+    expected = total + grad_logits.float().t() @ hidden.float()
+    add_weight_grad(total, grad_logits, hidden)
+    torch.testing.assert_close(total, expected, rtol=1e-3, atol=1e-2)
 
 
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
