@@ -361,8 +361,9 @@ def parity_rows(run: str, names: list[str], ref_run: str | None = None) -> tuple
     return rows, gaps
 
 
-def profile_families(variant: str) -> dict[str, float]:
-    block = family_table(f"results/h200-profiles/plots/profiles/{variant}_kernels.md")
+def profile_families(variant: str, run: str = "results/h200-profiles") -> dict[str, float]:
+    """Device ms per step of each kernel family in a run's profile of `variant`."""
+    block = family_table(f"{run}/plots/profiles/{variant}_kernels.md")
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([a-z -]+) \| ([\d.]+) \| [\d.]+ \|$", block, re.M)}
 
 
@@ -374,8 +375,6 @@ def fastest_section() -> str:
     recipe_lean = variants("results/h200-knobs/recipe-lean")
     fp32_peak = old["fp32_baseline"]["peak_mem_allocated_mb"]
     env = load(f"{fast_run}/metrics/env.json")
-    head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     what = {"recipe": "the public recipe", "loss_inline": "the recipe, only the loss leaves the compiled region",
             "fast_fp8h": "`loss_inline` + the output head in float8", "fast_fp8h_cg": "`fast_fp8h` + CUDA graphs",
             "lean_inline8": "full checkpointing, `inline` loss, 8-bit AdamW",
@@ -431,9 +430,9 @@ def fastest_section() -> str:
         "`lean_liger` and `adam_8bit` on GPU 1. The share of fp32's peak is against the fp32 baseline's "
         f"{fp32_peak:,.0f} MiB in `{old_run}/` (same model and batch: its peak does not vary).",
         "",
-        *head, *rows_of(fast_rows, ["recipe", "loss_inline", "fast_fp8h", "fast_fp8h_cg"]),
+        *STUDY_HEAD, *rows_of(fast_rows, ["recipe", "loss_inline", "fast_fp8h", "fast_fp8h_cg"]),
         "",
-        *head, *rows_of(lean_rows, ["recipe", "lean_inline8", "lean_liger8"]),
+        *STUDY_HEAD, *rows_of(lean_rows, ["recipe", "lean_inline8", "lean_liger8"]),
         *rows_of(old, ["lean_cce"]), *rows_of(recipe_lean, ["lean"]),
         "",
         f"The last two rows come from earlier runs (`{old_run}/`, `results/h200-knobs/recipe-lean/`), each beside its own recipe; "
@@ -502,12 +501,6 @@ NEW_PARITY, LEAN_STUDY = "results/h200-parity/fastest-lean", "results/h200-knobs
 OURS, LEAN_PARITY = "results/h200-ours", "results/h200-parity/lean-chunked"
 
 
-def run_families(run: str, variant: str) -> dict[str, float]:
-    """Device ms per step of each kernel family in a run's profile of `variant`."""
-    block = family_table(f"{run}/plots/profiles/{variant}_kernels.md")
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([a-z -]+) \| ([\d.]+) \| [\d.]+ \|$", block, re.M)}
-
-
 def kernel_ms(run: str, variant: str, name_part: str) -> tuple[float, int]:
     """Device ms per step and calls per step of the first kernel whose name holds `name_part`, from a profile."""
     for line in read(f"{run}/plots/profiles/{variant}_kernels.md").splitlines():
@@ -533,9 +526,7 @@ def ours_section() -> str:
               "fastest": "**`fastest`**: the recipe, only the loss leaves the compiled region",
               "lean": "**`lean`**: full checkpointing, chunked loss head after the compiled body",
               "lean_inline": "full checkpointing, `inline` loss (`lean` until this run)"}
-    head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    fam = {v: run_families(OURS, v) for v in ("recipe", "fastest", "lean")}
+    fam = {v: profile_families(v, OURS) for v in ("recipe", "fastest", "lean")}
     order = list(dict.fromkeys([*sorted(fam["recipe"], key=lambda k: -fam["recipe"][k]), *(k for f in fam.values() for k in f)]))
     ftable = ["| family (device ms per step) | recipe | fastest | lean |", "| --- | --- | --- | --- |"]
     ftable += [f"| {k} | " + " | ".join(f"{fam[v].get(k, 0.0):.2f}" for v in fam) + " |" for k in order]
@@ -560,7 +551,7 @@ def ours_section() -> str:
         f"{env['torch']}, {recipe['provenance.date_utc'][:10]}, commit `{recipe['provenance.git_commit'][:7]}`; then one "
         "profile of the recipe, `fastest` and `lean` (2 traced steps after 6 warm-up).",
         "",
-        *head, *study_rows(rows, ["fp32_baseline", "recipe", "fastest", "lean", "lean_inline"], labels,
+        *STUDY_HEAD, *study_rows(rows, ["fp32_baseline", "recipe", "fastest", "lean", "lean_inline"], labels,
                            lambda r: f"{100 * r['peak_mem_allocated_mb'] / fp32:.1f}%"),
         "",
         f"- **`fastest`**: {fast_x:.3f}x the recipe, intervals {'apart' if overlap(fast, recipe) != 'yes' else 'overlapping'}. "
@@ -610,15 +601,13 @@ def lean_study_lines() -> list[str]:
     labels = {"recipe": "the public recipe", "fp32_baseline": "fp32, manual attention, eager",
               "lean_inline": "full checkpointing, `inline` loss (`lean` from this run until `h200-ours`)",
               "lean_liger": "full checkpointing, liger's fused loss", "loss_fused": "liger's fused loss alone"}
-    head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     chunked = variants(NEW_PARITY)
     return [
         f"**`lean` from 2026-12-01 until the run at the top of this section** (`{LEAN_STUDY}/`, one `nvidia-h200`, {recipe['provenance.date_utc'][:10]}, source "
         f"`{recipe['provenance.source_sha256'][:12]}`, {recipe['repeats']} fresh-process repeats each; the limit cut "
         "`batch_64` and `batch_4`):",
         "",
-        *head, *study_rows(rows, ["fp32_baseline", "recipe", "lean_inline", "lean_liger", "loss_fused"], labels,
+        *STUDY_HEAD, *study_rows(rows, ["fp32_baseline", "recipe", "lean_inline", "lean_liger", "loss_fused"], labels,
                            lambda r: f"{100 * r['peak_mem_allocated_mb'] / fp32:.1f}%"),
         "",
         f"- `lean` became full checkpointing with the `inline` loss head: {lean['peak_mem_allocated_mb']:,.0f} MiB, "
@@ -715,8 +704,6 @@ def autotune_paragraph() -> list[str]:
     labels = {"recipe": "the public recipe", "fastest": "`fast_fp8h` + CUDA graphs (`fastest` when this ran)",
               "fast_ma": "`fast_fp8h` + `compile_mode: max-autotune` (`fastest` until 2026-12-01)",
               "recipe_ma": "the recipe + `compile_mode: max-autotune`"}
-    head = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     fast_w, recipe_w, plain_w = (repeat_warmups(run, "fast_ma"), repeat_warmups(run_b, "recipe_ma"),
                                  repeat_warmups(run, "recipe"))
     return [
@@ -725,7 +712,7 @@ def autotune_paragraph() -> list[str]:
         "and repeats as above). `max-autotune` adds to CUDA graphs the benchmarking of Triton templates for every "
         "matrix product and coordinate-descent tuning of the Triton kernels' launch configurations:",
         "",
-        *head, *study_rows(rows, ["recipe", "fastest", "fast_ma"], labels),
+        *STUDY_HEAD, *study_rows(rows, ["recipe", "fastest", "fast_ma"], labels),
         *study_rows(rows_b, ["recipe", "recipe_ma"], labels),
         "",
         f"- `fast_ma` = {fast['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x the recipe in the same run, the highest measured, intervals "
@@ -739,6 +726,11 @@ def autotune_paragraph() -> list[str]:
         f"cache ({', '.join(f'{w:.0f}' for w in fast_w[1:])} s). The third candidate, `max-autotune-no-cudagraphs`, "
         "was cut by the study's time limit while it autotuned.",
     ]
+
+
+# The header of every table that `study_rows` fills.
+STUDY_HEAD = ["| variant | what | tokens/s | next run 95% | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | of fp32's peak | val loss |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
 
 def study_rows(run_rows: dict, names: list[str], labels: dict[str, str],
