@@ -402,7 +402,6 @@ def fastest_section() -> str:
     for fam in dict.fromkeys(order):
         ftable.append(f"| {fam} | " + " | ".join(f"{families[v].get(fam, 0.0):.2f}" for v in families) + " |")
     ftable.append("| **all kernels** | " + " | ".join(f"**{sum(families[v].values()):.2f}**" for v in families) + " |")
-    prof_env = variants("results/h200-profiles") or {}
     ptable = ["| variant | parity run | val loss | vs tf32 | train loss, mean of the last 50 steps | vs tf32 | largest gap of a 25-step mean | within tolerance |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     r1, g1 = parity_rows("results/h200-parity/real-text", ["recipe", "loss_inline", "lean_cce"])
@@ -416,9 +415,6 @@ def fastest_section() -> str:
     small = variants("results/h200-parity/small-corpus")
     small_bytes = len(read("data/corpus/python_docs.txt").encode())
     tokens = 300 * small["tf32"]["tokens_per_step"]
-    lean = recipe_lean["lean"]
-    best_lean_pct = 100 * lean["peak_mem_allocated_mb"] / recipe_lean["fp32_baseline"]["peak_mem_allocated_mb"] \
-        if "fp32_baseline" in recipe_lean else 100 * lean["peak_mem_allocated_mb"] / fp32_peak
     saved_matmul = families["recipe"]["matmul"] - families["fast_fp8h"]["matmul"]
     added_fused = families["fast_fp8h"]["triton fused"] - families["recipe"]["triton fused"]
     return "\n".join([
@@ -449,7 +445,7 @@ def fastest_section() -> str:
         "",
         *lean_study_lines(),
         "",
-        f"Where the time goes (`results/h200-profiles/`, torch.profiler, 2 traced steps after 6 warm-up, one GPU; the "
+        "Where the time goes (`results/h200-profiles/`, torch.profiler, 2 traced steps after 6 warm-up, one GPU; the "
         "kernels of each family summed):",
         "",
         *ftable,
@@ -993,7 +989,7 @@ def x2_section() -> str:
         "tests' tolerance (`tests/test_distributed.py`).",
         *run6_bullets(),
         *run7_lines(),
-        f"- All-reduce bus bandwidth (`scripts/allreduce_bw.py`, fp32): "
+        "- All-reduce bus bandwidth (`scripts/allreduce_bw.py`, fp32): "
         + ", ".join(f"{size} MB {gbs:.0f} GB/s" for size, gbs in bw.items()) + ".",
         "",
         "Scaling model, filled from run 4 (124M):",
