@@ -202,6 +202,9 @@ class RunSettings:
         "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering)",
         "5. the loss head",
         _loss_skip)
+    loss_chunk_tokens: int = knob(
+        2048, "tokens per chunk of the chunked loss head (loss=chunked only): smaller chunks keep less of the logits "
+        "and their gradient alive at once, larger ones launch fewer, larger matmuls", "5. the loss head")
     fp8: Float8 = knob(
         "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
         "tied output head only; all: both", "3. swaps the Linear layers", _fp8_skip)
@@ -464,6 +467,9 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.nccl_max_ctas >= 0, f"{where}nccl_max_ctas", s.nccl_max_ctas, "0 (NCCL's choice) or a positive count")
     _check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
            "ddp or fsdp2 when nccl_max_ctas is set")
+    _check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
+    _check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
+           "chunked when loss_chunk_tokens is set")
     _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,
            "standard or chunked with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)")
 

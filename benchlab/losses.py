@@ -8,7 +8,7 @@
   backward needs.
 - chunked: the model's body runs (compiled, if asked) up to the final hidden
   states; then the output layer and cross-entropy run over chunks of
-  `CHUNK_TOKENS` tokens, each chunk's gradients made as soon as its loss
+  `loss_chunk_tokens` tokens (knob; `CHUNK_TOKENS` by default), each chunk's gradients made as soon as its loss
   (softmax minus one-hot, then the two products), so only one chunk's
   logits ever live and backward merely scales the stored gradients: the
   standard head's matrix products, none repeated. Each chunk's loss and
@@ -90,31 +90,40 @@ def add_weight_grad(total: torch.Tensor, grad_logits: torch.Tensor, hidden: torc
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy whose gradients are made in forward, chunk by chunk; backward scales them."""
+    """Mean cross-entropy whose gradients are made in forward, chunk by chunk; backward scales them in place."""
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,  # type: ignore[override]
                 chunk: int, step: ChunkStep) -> torch.Tensor:
         n = hidden.size(0)
+        # The weight in the hidden states' dtype (autocast's, as the output layer's matmul casts it); its gradient
+        # is summed in fp32 and handed back in the weight's own dtype, with no rounding to the products' dtype.
+        cast = weight.to(hidden.dtype)
         total = hidden.new_zeros((), dtype=torch.float32)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
         for start in range(0, n, chunk):
             rows = hidden[start : start + chunk]
-            loss_sum, g_hidden, g_logits = step(rows, weight, targets[start : start + chunk], True)
+            loss_sum, g_hidden, g_logits = step(rows, cast, targets[start : start + chunk], True)
             assert g_hidden is not None and g_logits is not None
             total += loss_sum
             grad_hidden[start : start + chunk] = g_hidden
             add_weight_grad(grad_weight, g_logits, rows)
         ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.n, ctx.weight_dtype = n, weight.dtype
+        ctx.n, ctx.weight_dtype, ctx.spent = n, weight.dtype, False
         return total / n
 
     @staticmethod
     def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:  # type: ignore[override]
+        # The stored gradients are scaled in place: no second copy of the fp32 weight gradient at the peak.
+        if ctx.spent:
+            raise RuntimeError("the chunked cross-entropy's backward ran twice (retain_graph=True); its stored "
+                               "gradients are scaled in place, so it supports one backward per forward")
+        ctx.spent = True
         grad_hidden, grad_weight = ctx.saved_tensors
         scale = grad_loss / ctx.n
-        return grad_hidden * scale.to(grad_hidden.dtype), (grad_weight * scale).to(ctx.weight_dtype), None, None, None
+        grad_hidden.mul_(scale.to(grad_hidden.dtype))
+        return grad_hidden, grad_weight.mul_(scale).to(ctx.weight_dtype), None, None, None
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
@@ -122,28 +131,32 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     """Mean cross-entropy of (N, C) hidden states against (N,) targets through the (V, C) output weight, one
     chunk of `chunk` (default `CHUNK_TOKENS`, read at the call) tokens' logits at a time, each chunk through
     `step` (default `chunk_loss_and_grads`; a compiled copy under compile). Under autocast both operands are cast
-    to its dtype, as the output layer's matmul is; the casts' backward returns gradients in the parameters'."""
+    to its dtype, as the output layer's matmul is; the gradients come back in the tensors' own dtypes."""
     chunk, step = chunk or CHUNK_TOKENS, step or chunk_loss_and_grads
     device = hidden.device.type
     if torch.is_autocast_enabled(device):
-        dtype = torch.get_autocast_dtype(device)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        hidden = hidden.to(torch.get_autocast_dtype(device))
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _ChunkedCrossEntropy.apply(hidden, weight, targets, chunk, step)
+    weight = weight.to(hidden.dtype)
     total = sum(step(hidden[start : start + chunk], weight, targets[start : start + chunk], False)[0]
                 for start in range(0, hidden.size(0), chunk))
     return total / hidden.size(0)  # no gradient wanted (evaluation): the loss alone
 
 
 class Features(nn.Module):
-    """The model's body only: forward(idx) returns the final hidden states (B, T, C)."""
+    """The model's body only: forward(idx) returns the final hidden states (B, T, C), in `dtype` when given.
 
-    def __init__(self, model: GPT) -> None:
+    The heads after it multiply in autocast's dtype; casting here puts the cast inside the compiled body, so the
+    final LayerNorm writes its output once in that dtype and no fp32 copy lives while the head runs."""
+
+    def __init__(self, model: GPT, dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.dtype = model, dtype
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.model.features(idx)
+        hidden = self.model.features(idx)
+        return hidden if self.dtype is None else hidden.to(self.dtype)
 
 
 class LossOnly(nn.Module):
@@ -193,28 +206,31 @@ class BodyThenHead:
         return out[1] if self.kind == "standard" else out
 
 
-def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], *, compile_chunks: bool) -> LossFn:
+def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], *, compile_chunks: bool,
+            chunk: int | None = None, hidden_dtype: torch.dtype | None = None) -> LossFn:
     """The step's loss function: the model under `wrap` (torch.compile or identity) with the chosen head;
     `compile_chunks`: the chunked head's per-chunk arithmetic compiled (torch.compile's default mode: CUDA
-    graphs would hand back outputs that the next chunk's replay overwrites)."""
+    graphs would hand back outputs that the next chunk's replay overwrites); `chunk`: the chunked head's tokens
+    per chunk (default `CHUNK_TOKENS`); `hidden_dtype`: autocast's dtype, which the body's output is cast to
+    before a chunked or library head (None without autocast)."""
     if kind == "standard":
         body = wrap(model)
         return lambda idx, targets: body(idx, targets)[1]
     if kind == "inline":
         return wrap(LossOnly(model))
-    features = wrap(Features(model))
+    features = wrap(Features(model, hidden_dtype))
     if kind == "chunked":
         step = torch.compile(chunk_loss_and_grads, dynamic=False) if compile_chunks else chunk_loss_and_grads
 
         def chunked_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             hidden = features(idx).flatten(0, 1)  # (B*T, C)
-            return chunked_cross_entropy(hidden, model.lm_head.weight, targets.flatten(), step=step)
+            return chunked_cross_entropy(hidden, model.lm_head.weight, targets.flatten(), chunk=chunk, step=step)
 
         return chunked_loss
     kernel = _liger_loss() if kind == "fused" else _cce_loss()
 
     def library_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hidden = features(idx).flatten(0, 1)  # (B*T, C); fp32 even under autocast (LayerNorm runs in fp32)
+        hidden = features(idx).flatten(0, 1)  # (B*T, C); in hidden_dtype, else fp32 (LayerNorm runs in fp32)
         device = hidden.device.type
         if torch.is_autocast_enabled(device):  # multiply in the autocast dtype, as the standard head's Linear does
             hidden = hidden.to(torch.get_autocast_dtype(device))

@@ -218,6 +218,11 @@ def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module
     return lambda module: outer(inner(module))
 
 
+def autocast_dtype(settings: RunSettings) -> torch.dtype | None:
+    """The dtype autocast runs matmuls in under these settings; None where there is no autocast."""
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(settings.precision)
+
+
 @dataclass
 class TrainingRun:
     """A model ready to train: the raw module to save and evaluate, the loss to step through, and how to step."""
@@ -230,7 +235,7 @@ class TrainingRun:
     settings: RunSettings
 
     def autocast(self) -> AbstractContextManager:
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.settings.precision)
+        dtype = autocast_dtype(self.settings)
         if dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=dtype)
@@ -263,6 +268,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
         loss = BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
     else:
-        loss = loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile)
+        loss = loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
+                       chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
     optimizer = make_optimizer(model, settings, train)
     return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)

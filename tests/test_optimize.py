@@ -134,6 +134,8 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"fsdp_blocks_per_unit": 4}, "parallel='none' is not valid; expected fsdp2 when fsdp_reshard_after_forward, "
                                   "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
     ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
+    ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
+    ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
     with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

@@ -263,6 +263,24 @@ def test_weight_gradient_sum_on_cuda_matches_the_product_then_the_add() -> None:
     torch.testing.assert_close(total, expected, rtol=1e-3, atol=1e-2)
 
 
+def test_chunked_loss_hands_back_the_fp32_weight_gradient_unrounded_and_backs_up_once() -> None:
+    # Under autocast the weight's gradient is summed in fp32 and handed back as it is (the standard head's rounds
+    # to bf16 first); backward scales the stored gradients in place, so a second backward is refused.
+    from benchlab.losses import CHUNK_TOKENS, chunked_cross_entropy
+
+    assert RunSettings().loss_chunk_tokens == CHUNK_TOKENS  # the knob's default is the module's
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(64, 16, requires_grad=True), torch.randn(40, 16, requires_grad=True)
+    targets = torch.randint(0, 40, (64,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = chunked_cross_entropy(hidden, weight, targets, chunk=24)
+    loss.backward(retain_graph=True)
+    assert weight.grad is not None and weight.grad.dtype == torch.float32
+    assert not torch.equal(weight.grad, weight.grad.bfloat16().float())  # not rounded through bf16
+    with pytest.raises(RuntimeError, match="backward ran twice"):
+        loss.backward()
+
+
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
     from benchlab.losses import chunk_loss_and_grads, chunked_cross_entropy
 
@@ -312,13 +330,32 @@ def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool, monkeypa
     monkeypatch.setattr(torch, "compile", compile_and_count)
     loss = loss_fn(model, "chunked", lambda module: (wrapped.append(module), module)[1], compile_chunks=compile_chunks)
     out = loss(x, y)
-    assert [type(m) for m in wrapped] == [Features]
+    assert [type(m) for m in wrapped] == [Features] and wrapped[0].dtype is None
     assert compiled == ([{"dynamic": False}] if compile_chunks else [])  # the chunk step, in the default mode
     assert calls[0] == (1 if compile_chunks else 0)  # 16 tokens: one chunk, through the compiled step
     assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-5)
     out.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_chunk_knob_and_autocast_dtype_reach_the_chunked_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Through apply: loss_chunk_tokens sets the chunks' rows, and under bf16 the body hands over bf16 hidden states.
+    from benchlab import losses
+
+    seen: list[tuple[tuple[int, ...], torch.dtype]] = []
+    real, real_head = losses.chunk_loss_and_grads, losses.chunked_cross_entropy
+    monkeypatch.setattr(losses, "chunk_loss_and_grads",
+                        lambda h, w, t, with_grads: (seen.append((tuple(h.shape), h.dtype)), real(h, w, t, with_grads))[1])
+    monkeypatch.setattr(losses, "chunked_cross_entropy",  # what the body hands over, before the head's own cast
+                        lambda h, *args, **kw: (seen.append((tuple(h.shape), h.dtype)), real_head(h, *args, **kw))[1])
+    model, x, y, _ = model_with_its_gradients(n_layer=1)
+    run = apply(model, RunSettings(precision="bf16", loss="chunked", loss_chunk_tokens=6), CPU, TrainParams())
+    with run.autocast():
+        out = run.loss(x, y)
+    assert seen == [((16, 16), torch.bfloat16)] + [((6, 16), torch.bfloat16)] * 2 + [((4, 16), torch.bfloat16)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert float(out) == pytest.approx(float(model(x, y)[1]), abs=2e-2)
 
 
 def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
