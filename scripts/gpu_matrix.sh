@@ -11,6 +11,9 @@
 #   TARGETS        stages to reproduce, space-separated (default: the whole pipeline)
 #   FIRST          stages to reproduce before TARGETS, in a DVC run of their own (e.g. the profile stages, which
 #                  a time limit would otherwise cut: DVC runs one invocation's targets in its own order)
+# A VARIANTS name that exists nowhere, or a FIRST or TARGETS stage that the resolved params.yaml has no stage for (a
+# MORE_VARIANTS name left out of VARIANTS, a profile of a variant not in profile.variants), stops the script before
+# anything runs.
 # The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
 # OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
@@ -22,6 +25,7 @@ src=$(pwd)
 # The scratch copy gets a throwaway commit; record the one the run came from.
 export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT  # until the run starts (then `pack` takes over and the scratch copy stays)
 mkdir -p "$out" "$work/repo" "$work/bin"
 tar -C "$src" --exclude=./.whl --exclude=./.git --exclude=./.venv -cf - . | tar -C "$work/repo" -xf -
 # dvc.yaml calls `python`; some images only have python3.
@@ -40,6 +44,8 @@ for key, value in gpu.items():
 p["variants"].update(json.loads(os.environ.get("MORE_VARIANTS") or "{}"))
 keep = [v for v in os.environ.get("VARIANTS", "").split(",") if v]
 if keep:
+    if unknown := [v for v in keep if v not in p["variants"]]:
+        sys.exit(f"gpu_matrix.sh: VARIANTS names {', '.join(unknown)}, in neither params.yaml nor MORE_VARIANTS")
     p["variants"] = {name: p["variants"][name] for name in keep}
     p["profile"]["variants"] = [v for v in p["profile"]["variants"] if v in keep]
 yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
@@ -50,6 +56,16 @@ k, v = sys.argv[1].split("=", 1); p = yaml.safe_load(open("params.yaml")); node 
 *parents, last = k.split(".")
 for part in parents: node = node[part]
 node[last] = yaml.safe_load(v); yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)' "$arg";; esac; done
+# Every stage asked for must exist, or DVC refuses the whole repro after the FIRST run has spent its time.
+python3 - <<'PY'
+import os, sys, yaml
+p = yaml.safe_load(open("params.yaml"))
+known = {"bench": list(p["variants"]), "profile": p["profile"]["variants"]}
+for stage in (os.environ.get("FIRST", "") + " " + os.environ.get("TARGETS", "")).split():
+    kind, _, name = stage.partition("@")
+    if name and kind in known and name not in known[kind]:
+        sys.exit(f"gpu_matrix.sh: there is no stage {stage}; the {kind} stages are: {', '.join(known[kind]) or 'none'}")
+PY
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1
 status=0

@@ -213,3 +213,23 @@ def test_truncated_tokens_stop_training_before_it_starts(workdir: Path, prepared
     err = capsys.readouterr().err
     assert "truncated or replaced" in err and "dvc repro prepare" in err
     assert not Path("models/model.pt").exists()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"VARIANTS": "recipe,nope"}, "VARIANTS names nope, in neither params.yaml nor MORE_VARIANTS"),
+    ({"VARIANTS": "recipe", "MORE_VARIANTS": '{"mine": {"batch_size": 4}}', "FIRST": "bench@recipe",
+      "TARGETS": "bench@mine"}, "there is no stage bench@mine; the bench stages are: recipe"),  # VARIANTS left it out
+    ({"VARIANTS": "recipe,lean", "TARGETS": "profile@lean", "FIRST": ""},
+     "there is no stage profile@lean; the profile stages are: recipe"),
+])
+def test_the_gpu_script_refuses_variants_and_stages_it_would_not_run(env: dict, message: str, tmp_path: Path) -> None:
+    # A GPU call's device time is spent before DVC would refuse an unknown target: the script checks first.
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu_matrix.sh"), str(tmp_path / "out")], cwd=root,
+                          env={**os.environ, "PATH": path, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "results.tar.gz").exists()  # stopped before any stage ran or was packed
