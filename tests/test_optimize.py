@@ -255,6 +255,12 @@ def test_autocast_puts_the_matmuls_in_the_run_precision(precision: str, dtype: t
     assert seen == [dtype]
 
 
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16), ("tf32", None),
+                                              ("fp32", None)])
+def test_autocast_dtype_is_the_precision_half_type_or_none(precision: str, dtype: torch.dtype | None) -> None:
+    assert optimize.autocast_dtype(RunSettings(precision=precision)) == dtype  # type: ignore[arg-type]
+
+
 def test_an_interrupted_write_leaves_no_file(tmp_path: Path) -> None:
     target = tmp_path / "result.json"
     with pytest.raises(KeyboardInterrupt):

@@ -277,8 +277,20 @@ def test_chunked_loss_hands_back_the_fp32_weight_gradient_unrounded_and_backs_up
     loss.backward(retain_graph=True)
     assert weight.grad is not None and weight.grad.dtype == torch.float32
     assert not torch.equal(weight.grad, weight.grad.bfloat16().float())  # not rounded through bf16
-    with pytest.raises(RuntimeError, match="backward ran twice"):
+    with pytest.raises(RuntimeError, match=r"^the chunked cross-entropy's backward ran twice \(retain_graph=True\); its "
+                       r"stored gradients are scaled in place, so it supports one backward per forward$"):
         loss.backward()
+    # A bf16 weight without autocast still has its gradient summed in fp32; without gradients the operands meet in
+    # the hidden states' dtype.
+    saved: list[torch.dtype] = []
+    bf16_weight = weight.detach().bfloat16().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: (saved.append(t.dtype), t)[1], lambda t: t):
+        chunked_cross_entropy(hidden.detach().bfloat16(), bf16_weight, targets, chunk=24)
+    assert saved == [torch.bfloat16, torch.float32]
+    with torch.no_grad():
+        mixed = chunked_cross_entropy(hidden.detach().bfloat16(), weight.detach(), targets, chunk=24)
+        same = chunked_cross_entropy(hidden.detach().bfloat16(), weight.detach().bfloat16(), targets, chunk=24)
+    assert float(mixed) == float(same)
 
 
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
