@@ -625,7 +625,7 @@ def lean_study_lines() -> list[str]:
               "lean_liger": "full checkpointing, liger's fused loss", "loss_fused": "liger's fused loss alone"}
     chunked = variants(NEW_PARITY)
     return [
-        f"**`lean` from 2026-12-01 until the run at the top of this section** (`{LEAN_STUDY}/`, one `nvidia-h200`, {recipe['provenance.date_utc'][:10]}, source "
+        f"**`lean` from 2026-12-01 until `h200-ours-1`** (`{LEAN_STUDY}/`, one `nvidia-h200`, {recipe['provenance.date_utc'][:10]}, source "
         f"`{recipe['provenance.source_sha256'][:12]}`, {recipe['repeats']} fresh-process repeats each; the limit cut "
         "`batch_64` and `batch_4`):",
         "",
@@ -697,7 +697,7 @@ def new_parity_lines(gaps: dict[str, float], fp8_gaps: list[float], inline_gap: 
         "output layer changes the loss curve, and no configuration with it is `fastest`. **`fastest` is therefore "
         f"the recipe with the `inline` loss** (`loss_inline` above: within the tolerance at {inline_gap:+.3f}, "
         f"{inline['tokens_per_sec'] / fp8_run['recipe']['tokens_per_sec']:.3f}x the recipe with intervals "
-        f"{'apart' if overlap(inline, fp8_run['recipe']) != 'yes' else 'overlapping'}; bar 1.10x: **missed**). `lean_inline` (full checkpointing with that head, `lean` until the run at the top) "
+        f"{'apart' if overlap(inline, fp8_run['recipe']) != 'yes' else 'overlapping'}; bar 1.10x: **missed**). `lean_inline` (full checkpointing with that head, `lean` until `h200-ours-1`) "
         f"ends {gaps['lean_inline']:+.3f} from tf32, within the tolerance. Its recipe's tokens/s in that run: "
         f"{run['recipe']['tokens_per_sec']:,.0f} over 290 timed steps.",
     ]
