@@ -470,6 +470,9 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     _check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
            "chunked when loss_chunk_tokens is set")
+    _check(s.fp8 not in ("head", "all") or s.loss in ("standard", "inline"), f"{where}loss", s.loss,
+           f"standard or inline with fp8={s.fp8} (the chunked, fused and cce heads multiply by the output weight "
+           "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
     _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,
            "standard or chunked with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)")
 

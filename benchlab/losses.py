@@ -124,7 +124,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         ctx.spent = True
         grad_hidden, grad_weight = ctx.saved_tensors
         scale = grad_loss / ctx.n
-        grad_hidden.mul_(scale.to(grad_hidden.dtype))
+        # In fp32, rounded once: a bf16 copy of 1 / (tokens x micro-batches) would bias every body gradient
+        # whenever that is no power of two (the weight's gradient is fp32 already).
+        grad_hidden.copy_(grad_hidden.float().mul_(scale))
         return grad_hidden, grad_weight.mul_(scale).to(ctx.weight_dtype), None, None, None
 
 
@@ -132,8 +134,9 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
                           chunk: int | None = None, step: ChunkStep | None = None) -> torch.Tensor:
     """Mean cross-entropy of (N, C) hidden states against (N,) targets through the (V, C) output weight, one
     chunk of `chunk` (default `CHUNK_TOKENS`, read at the call) tokens' logits at a time, each chunk through
-    `step` (default `chunk_loss_and_grads`; a compiled copy under compile). Under autocast both operands are cast
-    to its dtype, as the output layer's matmul is; the gradients come back in the tensors' own dtypes."""
+    `step` (default `chunk_loss_and_grads`; a compiled copy under compile). Under autocast the hidden states are
+    cast to its dtype, as the output layer's matmul casts them; the weight always meets the hidden states in their
+    dtype. The gradients come back in the tensors' own dtypes."""
     chunk, step = chunk or CHUNK_TOKENS, step or chunk_loss_and_grads
     device = hidden.device.type
     if torch.is_autocast_enabled(device):
@@ -149,8 +152,9 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
 class Features(nn.Module):
     """The model's body only: forward(idx) returns the final hidden states (B, T, C), in `dtype` when given.
 
-    The heads after it multiply in autocast's dtype; casting here puts the cast inside the compiled body, so the
-    final LayerNorm writes its output once in that dtype and no fp32 copy lives while the head runs."""
+    The heads after it multiply in autocast's dtype; casting here puts the cast inside the compiled body (where
+    the body is compiled as a whole, not under FSDP2), so the final LayerNorm writes its output once in that dtype;
+    either way no fp32 copy lives while the head runs."""
 
     def __init__(self, model: GPT, dtype: torch.dtype | None = None) -> None:
         super().__init__()

@@ -11,9 +11,9 @@
 #   TARGETS        stages to reproduce, space-separated (default: the whole pipeline)
 #   FIRST          stages to reproduce before TARGETS, in a DVC run of their own (e.g. the profile stages, which
 #                  a time limit would otherwise cut: DVC runs one invocation's targets in its own order)
-# A VARIANTS name that exists nowhere, or a FIRST or TARGETS stage that the resolved params.yaml has no stage for (a
-# MORE_VARIANTS name left out of VARIANTS, a profile of a variant not in profile.variants), stops the script before
-# anything runs.
+# A VARIANTS name that exists nowhere, or a FIRST or TARGETS stage that dvc.yaml and the resolved params.yaml have no
+# stage for (a misspelt stage, a MORE_VARIANTS name left out of VARIANTS, a profile of a variant not in
+# profile.variants), stops the script before anything runs.
 # The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
 # OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
@@ -59,12 +59,14 @@ node[last] = yaml.safe_load(v); yaml.safe_dump(p, open("params.yaml", "w"), sort
 # Every stage asked for must exist, or DVC refuses the whole repro after the FIRST run has spent its time.
 python3 - <<'PY'
 import os, sys, yaml
-p = yaml.safe_load(open("params.yaml"))
+p, stages = yaml.safe_load(open("params.yaml")), yaml.safe_load(open("dvc.yaml"))["stages"]
 known = {"bench": list(p["variants"]), "profile": p["profile"]["variants"]}
 for stage in (os.environ.get("FIRST", "") + " " + os.environ.get("TARGETS", "")).split():
-    kind, _, name = stage.partition("@")
-    if name and kind in known and name not in known[kind]:
-        sys.exit(f"gpu_matrix.sh: there is no stage {stage}; the {kind} stages are: {', '.join(known[kind]) or 'none'}")
+    kind, _, name = stage.removeprefix("dvc.yaml:").partition("@")
+    if kind not in stages:
+        sys.exit(f"gpu_matrix.sh: there is no stage {stage}; dvc.yaml's stages are: {', '.join(stages)}")
+    if name and name not in known.get(kind, []):
+        sys.exit(f"gpu_matrix.sh: there is no stage {stage}; the {kind} stages are: {', '.join(known.get(kind, [])) or 'none'}")
 PY
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1

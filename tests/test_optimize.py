@@ -136,6 +136,9 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
     ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
     ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
+    ({"fp8": "head", "loss": "chunked"}, "loss='chunked' is not valid; expected standard or inline with fp8=head "
+                                         "(the chunked, fused and cce heads multiply by the output weight themselves, "
+                                         "so the float8 output layer would be bypassed; or set fp8=blocks)"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
     with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

@@ -116,15 +116,15 @@ def _loss_and_grads(settings: RunSettings, chunk: int | None = None, monkeypatch
 @pytest.mark.parametrize("settings", [
     {"activation_checkpointing": "full"},
     {"activation_checkpointing": "selective"},
-    {"loss": "chunked"},
+    {"loss": "chunked", "loss_chunk_tokens": 24},  # 64 tokens: two full chunks and a ragged one
     {"loss": "inline"},
     {"grad_accum": 2},
-    {"grad_accum": 4, "activation_checkpointing": "selective", "loss": "chunked"},
+    {"grad_accum": 4, "activation_checkpointing": "selective", "loss": "chunked", "loss_chunk_tokens": 6},
+    {"grad_accum": 2, "activation_checkpointing": "full", "loss": "chunked", "loss_chunk_tokens": 7},
 ])
-def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict) -> None:
     # Checkpointing recomputes the same ops, the chunked loss sums the same terms, and accumulation
     # averages equal micro-batches: same loss and gradients up to float rounding (1e-5 relative).
-    monkeypatch.setattr("benchlab.losses.CHUNK_TOKENS", 24)  # 64 tokens: two full chunks and a ragged one
     base_loss, base_grads = _loss_and_grads(RunSettings(attention="sdpa"))
     loss, grads = _loss_and_grads(RunSettings(attention="sdpa", **settings))
     assert loss == pytest.approx(base_loss, rel=1e-5)
@@ -291,6 +291,21 @@ def test_chunked_loss_hands_back_the_fp32_weight_gradient_unrounded_and_backs_up
         mixed = chunked_cross_entropy(hidden.detach().bfloat16(), weight.detach(), targets, chunk=24)
         same = chunked_cross_entropy(hidden.detach().bfloat16(), weight.detach().bfloat16(), targets, chunk=24)
     assert float(mixed) == float(same)
+
+
+def test_chunked_loss_scales_the_hidden_states_gradient_in_fp32() -> None:
+    # Backward scales the stored bf16 gradient by grad_loss / n in fp32 and rounds once: 1 / (3 x 64) has no exact
+    # bf16 value, so a bf16 scale would shift every element the same way.
+    from benchlab.losses import chunked_cross_entropy
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(64, 16).bfloat16().requires_grad_(), torch.randn(40, 16).bfloat16()
+    targets = torch.randint(0, 40, (64,))
+    (chunked_cross_entropy(hidden, weight, targets, chunk=24) * 64).backward()  # scale 1: the stored sum itself
+    assert hidden.grad is not None
+    summed, hidden.grad = hidden.grad.clone(), None
+    (chunked_cross_entropy(hidden, weight, targets, chunk=24) / 3).backward()
+    assert torch.equal(hidden.grad, (summed.float() * (1 / 3 / 64)).bfloat16())
 
 
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
