@@ -612,6 +612,11 @@ def ours_section() -> str:
         f"`fastest` is the configuration of `loss_inline` in `{FAST_PARITY}/` ({g_fast['loss_inline']:+.3f}); `lean` "
         f"in `{LEAN_PARITY}/` ({g_lean['lean']:+.3f}) is this code (commit `{lean_pv['provenance.git_commit'][:7]}`), "
         f"there at {lean_pv['peak_mem_allocated_mb']:,.0f} MiB.",
+        "",
+        "Changed after these runs, **not measured on the GPU**: the head's backward multiplies the hidden states' "
+        "gradient by its scale, 1 / (tokens x micro-batches), in fp32 and rounds once, where it rounded the scale to "
+        "bf16 first. Here the scale is a power of two, so the gradients' values are the same; the step gains one fp32 "
+        "temporary of that gradient's size in the head's backward, after the forward's chunks have freed theirs.",
     ])
 
 
