@@ -41,14 +41,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchlab.config import LossKind
+from benchlab.config import LossKind, RunSettings
 from model.gpt import GPT
 
 # A 2048-token chunk's logits at GPT-2's 50,304-token vocabulary are 206 MB in bf16 (as much again for their
 # gradient), against 1.6 GB for a 16 x 1024 batch's; 2048 rows fill the H200's tensor cores. Each chunk reads and
 # writes the fp32 sum of the output weight's gradient once: 8 chunks' separate adds took 1.13 ms per step on the
-# H200 (`results/h200-ours-1/`), which `add_weight_grad` moves into the matmul on CUDA.
-CHUNK_TOKENS = 2048
+# H200 (`results/h200-ours-1/`), which `add_weight_grad` moves into the matmul on CUDA. The knob's default.
+CHUNK_TOKENS = RunSettings.loss_chunk_tokens
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ChunkStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool],

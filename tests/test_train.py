@@ -96,7 +96,7 @@ def test_learning_rate_warms_up_then_decays_to_the_floor(params: Params) -> None
     assert lrs[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
 
 
-def _loss_and_grads(settings: RunSettings, chunk: int | None = None, monkeypatch=None) -> tuple[float, dict]:
+def _loss_and_grads(settings: RunSettings) -> tuple[float, dict]:
     """One training step's loss and the gradients it left, on a fixed tiny model and batch."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention="sdpa"))
