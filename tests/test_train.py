@@ -308,6 +308,21 @@ def test_chunked_loss_scales_the_hidden_states_gradient_in_fp32() -> None:
     assert torch.equal(hidden.grad, (summed.float() * (1 / 3 / 64)).bfloat16())
 
 
+def test_chunked_loss_backward_casts_one_chunk_of_rows_to_fp32_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fp32 temporary of the scaling is one chunk's rows: the whole batch's (48 MiB at GPT-2 124M, 16 x 1024)
+    # would sit on `lean`'s peak, which measured 9 MiB under its bar.
+    from benchlab.losses import chunked_cross_entropy
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(64, 16).bfloat16().requires_grad_(), torch.randn(40, 16).bfloat16()
+    loss = chunked_cross_entropy(hidden, weight, torch.randint(0, 40, (64,)), chunk=24)
+    rows: list[int] = []
+    real = torch.Tensor.float
+    monkeypatch.setattr(torch.Tensor, "float", lambda self, *a, **k: (rows.append(self.size(0)), real(self, *a, **k))[1])
+    (loss / 3).backward()
+    assert rows == [24, 24, 16]
+
+
 def test_chunked_loss_gives_a_gradient_when_only_the_hidden_states_want_one() -> None:
     from benchlab.losses import chunk_loss_and_grads, chunked_cross_entropy
 
