@@ -2,11 +2,11 @@
 
 0. the attention kernel (the model's constructor, `benchlab.build`), then:
 1. device placement, 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
-4. activation checkpointing of each block, 5. data parallelism: FSDP2's
-fully_shard on every block and on the model, or DDP around the loss head's
-module, 6. the loss head, wrapped whole by torch.compile (with its mode),
-7. the optimizer (for-loop, fused or 8-bit AdamW, over the sharded parameters),
-8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
+4. activation checkpointing of each block (and how compiled backward replays
+random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
+the model, or DDP around the loss head's module, 6. the loss head, wrapped
+whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused or
+8-bit AdamW, over the sharded parameters), 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
 graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch._functorch.config
 import torch.distributed
 import torch.nn as nn
 
-from benchlab.config import DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
+from benchlab.config import CUDA_GRAPH_MODES, DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
 from benchlab.errors import LabError
 from benchlab.losses import BodyThenHead, LossFn, loss_fn
 from model.gpt import GPT
@@ -110,6 +111,17 @@ def checkpoint_blocks(model: GPT, mode: str) -> None:
     for i, block in enumerate(model.blocks):
         # The wrapper strips its own prefix from state_dict keys, so checkpoints stay loadable.
         model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False, **kwargs)
+
+
+def rng_replay(settings: RunSettings) -> None:
+    """How compiled, checkpointed blocks replay their random ops' state in backward (SDPA's flash kernel is
+    tagged random: it takes a dropout seed, unused here). torch's default wraps each such op in the CUDA-graph-safe
+    `graphsafe_run_with_rng_state`, which torch 2.11's FX graph cache refuses: on the H200 every fresh process
+    compiled `lean` again, 18 to 22 s of warm-up against the recipe's 2 s (`results/h200-cache/`; pytorch/pytorch
+    #185562 makes it cacheable in later releases). Without CUDA graphs the plain `run_and_save_rng_state` pair
+    serves as well and is cached; under them the graph-safe form stays, as torch requires."""
+    torch._functorch.config.graphsafe_rng_functionalization = (
+        settings.activation_checkpointing == "none" or settings.compile_mode in CUDA_GRAPH_MODES)
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
@@ -258,6 +270,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         to_float8(model, settings.fp8)
     if settings.activation_checkpointing != "none":
         checkpoint_blocks(model, settings.activation_checkpointing)
+    rng_replay(settings)
     if settings.parallel != "none" and not torch.distributed.is_initialized():
         raise LabError(f"parallel={settings.parallel} runs under torchrun (the bench stage starts it); "
                        "this process joined no process group")

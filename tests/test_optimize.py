@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._functorch.config
 
 from benchlab import optimize
 from benchlab.config import KNOBS, DeviceFacts, RunSettings, TrainParams, parse_params, unsupported_reason
@@ -100,6 +101,27 @@ def test_bf16_gradient_compression_needs_nccl() -> None:
                                              "CUDA GPUs; on CPU use ddp_comm_hook=none")
     assert unsupported_reason(bf16, H200) is None
     assert unsupported_reason(RunSettings(parallel="ddp"), CPU) is None
+
+
+@pytest.mark.parametrize(("knobs", "graphsafe"), [
+    ({"activation_checkpointing": "full", "compile": True}, False),
+    ({"activation_checkpointing": "selective", "compile": True}, False),
+    ({"activation_checkpointing": "full", "compile": True, "compile_mode": "reduce-overhead"}, True),
+    ({"activation_checkpointing": "full", "compile": True, "compile_mode": "max-autotune"}, True),
+    ({"compile": True}, True),
+])
+def test_checkpointing_replays_random_ops_in_a_form_the_compile_cache_keeps(knobs: dict, graphsafe: bool) -> None:
+    # torch 2.11's FX graph cache refuses the CUDA-graph-safe form, so a fresh process compiled `lean` again; the
+    # plain form is kept except under CUDA graphs, which need the graph-safe one. Each run sets it, either way.
+    with torch._functorch.config.patch(graphsafe_rng_functionalization=not graphsafe):
+        optimize.rng_replay(RunSettings(**knobs))
+        assert torch._functorch.config.graphsafe_rng_functionalization is graphsafe
+
+
+def test_apply_sets_how_checkpointed_blocks_replay_random_ops() -> None:
+    with torch._functorch.config.patch(graphsafe_rng_functionalization=True):
+        apply(_tiny(), RunSettings(activation_checkpointing="full"), torch.device("cpu"), TrainParams())
+        assert torch._functorch.config.graphsafe_rng_functionalization is False
 
 
 def test_cpu_runs_the_knobs_it_can() -> None:
