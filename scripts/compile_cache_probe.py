@@ -6,8 +6,9 @@ Trains MODEL (a preset of model/gpt.py) on random tokens, BATCH x TOKENS, throug
 `train_step` with the knobs given (the rest at their defaults), and prints one JSON line: the wall time of the
 first step (compiling, or reading the caches) and of the next two, and the counters torch keeps of its
 AOTAutograd and FX-graph caches (hit, miss, bypass). Run it twice with the same arguments: the second process
-should hit where the first missed. On the H200 the lab's checkpointed variants took 19 to 29 s of warm-up in every
-fresh process, the others 2 to 4 s after the first (`results/h200-ours/`); this is how to see which cache missed.
+should hit where the first missed. On the H200 the lab's checkpointed variants took about 20 s of warm-up in every
+fresh process until `benchlab.optimize.rng_replay`, the others 2 to 4 s after the first: `results/h200-cache/` is
+what this showed.
 """
 
 import json
