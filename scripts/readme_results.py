@@ -20,6 +20,7 @@ from typing import get_args, get_type_hints
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.config import CUDA_GRAPH_MODES, RunSettings  # noqa: E402  (the knob table lives there)
+from model.gpt import PRESETS  # noqa: E402
 
 
 # Where result files are read from: the working tree, or the last commit (`--check`'s second look).
@@ -506,6 +507,8 @@ FIRST_OURS, PREVIOUS_OURS = "results/h200-ours-1", "results/h200-ours-2"
 ADDMM_RUN, HIDDEN_RUN = "results/h200-knobs/lean-addmm", "results/h200-knobs/lean-bf16-hidden"
 # lean after torch's compile caches were made to keep its graphs (scripts/compile_cache_probe.py, then a DVC run).
 CACHE_RUN = "results/h200-cache/after"
+# The H200's bf16 matmul rate as measured on the device tool's machines (shared/GPU.md, "measured ceilings").
+MATMUL_TFLOPS = 756.0
 
 
 def kernel_ms(run: str, variant: str, name_part: str) -> tuple[float, int]:
@@ -578,6 +581,13 @@ def ours_section() -> str:
     c1024_x = c1024["tokens_per_sec"] / recipe["tokens_per_sec"]
     recompute = (fam["lean"]["matmul"] - fam["fastest"]["matmul"], fam["lean"]["attention"] - fam["fastest"]["attention"])
     cached = variants(CACHE_RUN)
+    # What 1.10x asks of the profiled step: the linear layers' matmuls (6N of the 6N + 12LdT per token) are fixed.
+    cfg, tokens = PRESETS["gpt2_124m"], prof["recipe"]["tokens_per_step"]
+    linear_tflop = (prof["recipe"]["flops_per_token"] - 12 * cfg.n_layer * cfg.n_embd * prof["recipe"]["block_size"]) \
+        * tokens / 1e12
+    step = {v: sum(fam[v].values()) + gap_ms(PROFILED, v) for v in fam}
+    rest = step["fastest"] - fam["fastest"]["matmul"]
+    needed = step["fastest"] - step["recipe"] / 1.10
     before_warm = warmups(PREVIOUS_OURS, "lean") + warmups(OURS, "lean") + warmups(OURS, "lean_c1024")
     after_warm = warmups(CACHE_RUN, "lean")
 
@@ -629,6 +639,17 @@ def ours_section() -> str:
         f"cross-entropy kernels take {fam['recipe']['cross-entropy'] - fam['fastest']['cross-entropy']:.2f} ms less, "
         "because only the loss leaves the compiled graph. Nothing else changes: the matrix products run near the "
         "measured bf16 ceiling, and the rest is attention, LayerNorm and GELU as fused Triton kernels, and the optimizer.",
+        f"- What the 1.10x bar asks: the recipe's profiled step is {step['recipe']:.2f} ms (kernels and gaps), so "
+        f"1.10x is {step['recipe'] / 1.10:.2f} ms, and `fastest`'s is {step['fastest']:.2f}. Its matrix products "
+        f"({linear_tflop:.2f} TFLOP per step, the layers' and the output layer's) take {fam['fastest']['matmul']:.2f} ms, "
+        f"{linear_tflop / fam['fastest']['matmul'] * 1e3:.0f} TFLOP/s: "
+        f"{100 * linear_tflop / fam['fastest']['matmul'] * 1e3 / MATMUL_TFLOPS:.0f}% of the {MATMUL_TFLOPS:.0f} TFLOP/s "
+        "bf16 matmul rate measured on this GPU type (shared/GPU.md). The rest, attention, cross-entropy, the fused "
+        f"elementwise kernels, the optimizer and the gaps, is {rest:.2f} ms, and the bar needs {needed:.2f} ms "
+        f"({100 * needed / rest:.0f}%) of it gone with the loss curve unchanged. CUDA graphs took "
+        f"{(1 - fast['tokens_per_sec'] / cg['tokens_per_sec']) * step['fastest']:.2f} ms off (`fast_cg` above); "
+        "float8 shortens the matrix products, but with the output layer in float8 the loss curve left the tolerance "
+        "(below) and in the blocks it lost time at this width.",
         f"- `lean` against `fastest`: recomputing every block's forward adds {recompute[0]:.2f} ms of matrix products "
         f"(with the output weight's fp32 gradient sum, below) and {recompute[1]:.2f} ms of attention. The head runs "
         "eagerly between compiled regions, so the gaps between kernels grow by "
