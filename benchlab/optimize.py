@@ -114,12 +114,13 @@ def checkpoint_blocks(model: GPT, mode: str) -> None:
 
 
 def rng_replay(settings: RunSettings) -> None:
-    """How compiled, checkpointed blocks replay their random ops' state in backward (SDPA's flash kernel is
-    tagged random: it takes a dropout seed, unused here). torch's default wraps each such op in the CUDA-graph-safe
-    `graphsafe_run_with_rng_state`, which torch 2.11's FX graph cache refuses: on the H200 every fresh process
-    compiled `lean` again, 18 to 22 s of warm-up against the recipe's 2 s (`results/h200-cache/`; pytorch/pytorch
-    #185562 makes it cacheable in later releases). Without CUDA graphs the plain `run_and_save_rng_state` pair
-    serves as well and is cached; under them the graph-safe form stays, as torch requires."""
+    """How compiled, checkpointed blocks replay their random ops' state in backward (SDPA's kernels, flash or
+    cuDNN, are tagged random: they take a dropout seed, unused here). torch's default wraps each such op in the
+    CUDA-graph-safe `graphsafe_run_with_rng_state`, which torch 2.11's FX graph cache refuses: on the H200 every fresh
+    process compiled `lean` again, 18 to 22 s of warm-up against the recipe's 2 s (`results/h200-cache/`;
+    pytorch/pytorch #185562 makes it cacheable in later releases). Without CUDA graphs the plain
+    `run_and_save_rng_state` pair serves as well and is cached; under them the graph-safe form stays, as torch
+    requires. The flag is global and read when a graph is built (the first step after `apply`); every run sets it."""
     torch._functorch.config.graphsafe_rng_functionalization = (
         settings.activation_checkpointing == "none" or settings.compile_mode in CUDA_GRAPH_MODES)
 
