@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchlab.config import RunSettings, TrainParams  # noqa: E402
+from benchlab.config import RunSettings, TrainParams, parse  # noqa: E402
+from benchlab.errors import LabError  # noqa: E402
 from benchlab.optimize import apply, resolve_device  # noqa: E402
 from benchlab.runner import train_step  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -28,22 +30,21 @@ from model.gpt import GPT, GPTConfig  # noqa: E402
 VOCAB = 50304
 
 
-def knobs(args: list[str]) -> dict[str, object]:
-    """KNOB=VALUE arguments as RunSettings fields: true/false as booleans, digits as integers."""
-    out: dict[str, object] = {}
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            sys.exit(f"compile_cache_probe.py: {arg!r} is not KNOB=VALUE")
-        out[key] = {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
-    return out
+def knobs(args: list[str]) -> RunSettings:
+    """KNOB=VALUE arguments, each value read as YAML (as `dvc exp run -S` reads it), checked as params.yaml is."""
+    if bad := [arg for arg in args if "=" not in arg]:
+        sys.exit(f"compile_cache_probe.py: {', '.join(map(repr, bad))} is not KNOB=VALUE")
+    try:
+        return parse(RunSettings, {k: yaml.safe_load(v) for k, _, v in (arg.partition("=") for arg in args)})
+    except LabError as e:
+        sys.exit(f"compile_cache_probe.py: {e}")
 
 
 def main() -> None:
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     model_name, batch, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    settings = RunSettings(**knobs(sys.argv[4:]))  # type: ignore[arg-type]
+    settings = knobs(sys.argv[4:])
     device = resolve_device("auto")
     torch.manual_seed(0)
     model = GPT(GPTConfig.from_name(model_name, vocab_size=VOCAB, attention=settings.attention))

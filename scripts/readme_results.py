@@ -528,15 +528,6 @@ def gap_ms(run: str, variant: str) -> float:
     return float(m.group(2)) - float(m.group(1))
 
 
-def warmups(run: str, variant: str, first: int = 1) -> list[float]:
-    """Seconds of warm-up and compile of a variant's fresh-process repeats from the `first`-th on, from its run's
-    DVC log (the first repeat on a fresh machine compiles whatever the caches do)."""
-    found = re.findall(rf"bench@{variant} \(variant \d+ of \d+\) repeat (\d+)/\d+: ok .*?warm-up and compile ([\d.]+) s",
-                       read(f"{run}/dvc_log.txt"))
-    assert found, f"{run}: no repeats of {variant} in its DVC log"
-    return [float(s) for n, s in found if int(n) >= first]
-
-
 def ours_section() -> str:
     """fastest and lean beside the recipe and the fp32 baseline in one run, with the candidates measured beside
     them; the profiles of the same code; the steps since the first deciding run; parity."""
@@ -590,8 +581,9 @@ def ours_section() -> str:
     step = {v: sum(fam[v].values()) + gap_ms(PROFILED, v) for v in fam}
     rest = step["fastest"] - fam["fastest"]["matmul"]
     needed = step["fastest"] - step["recipe"] / 1.10
-    before_warm = warmups(PREVIOUS_OURS, "lean", 2) + warmups(OURS, "lean", 2)
-    after_warm, recipe_cold = warmups(CACHE_RUN, "lean"), warmups(CACHE_RUN, "recipe")[0]
+    # Repeats after the first: the first on a fresh machine compiles whatever the caches do.
+    before_warm = repeat_warmups(PREVIOUS_OURS, "lean")[1:] + repeat_warmups(OURS, "lean")[1:]
+    after_warm, recipe_cold = repeat_warmups(CACHE_RUN, "lean"), repeat_warmups(CACHE_RUN, "recipe")[0]
     probe = [json.loads(line) for phase in ("before", "after")
              for line in read(f"results/h200-cache/{phase}/cache_probe.jsonl").splitlines()]
     probe_lean = [p["step_s"][0] for p in probe if "loss=chunked" in p["knobs"]]
@@ -1131,10 +1123,45 @@ def x2_section() -> str:
     ])
 
 
+SWEEP_124M, EARLIER_BATCH_4 = "results/h200-knobs/profiles-batch", "results/h200-knobs/lean-addmm"
+
+
+def sweep_124m_section() -> str:
+    """The recipe at GPT-2 124M over batch sizes, one run; and the earlier batch_4 of another machine."""
+    rows, env = variants(SWEEP_124M), load(f"{SWEEP_124M}/metrics/env.json")
+    sweep = sorted((r for r in rows.values() if r["variant"] == "recipe" or r["variant"].startswith("batch_")),
+                   key=lambda r: r["batch_size"])
+    recipe, big = rows["recipe"], sweep[-1]
+    early = variants(EARLIER_BATCH_4)["batch_4"]
+    small = next(r for r in sweep if r["batch_size"] == early["batch_size"])
+    return "\n".join([
+        f"the recipe at batch {', '.join(str(r['batch_size']) for r in sweep)} in one DVC run (`{SWEEP_124M}/`, "
+        f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, {recipe['provenance.date_utc'][:10]}, commit "
+        f"`{recipe['provenance.git_commit'][:7]}`), {recipe['repeats']} fresh-process repeats each, drawn by "
+        "`scripts/sweep_plot.py`:",
+        "",
+        "| batch | tokens/s | next run 95% | step ms median | peak alloc MiB |",
+        "| --- | --- | --- | --- | --- |",
+        *(f"| {r['batch_size']} | {r['tokens_per_sec']:,.0f} | {interval(r)} | {r['step_ms_median']:.2f} | "
+          f"{r['peak_mem_allocated_mb']:,.0f} |" for r in sweep),
+        "",
+        f"Past batch {recipe['batch_size']} the tokens/s grow by "
+        f"{100 * (big['tokens_per_sec'] / recipe['tokens_per_sec'] - 1):.0f}% for "
+        f"{big['peak_mem_allocated_mb'] / recipe['peak_mem_allocated_mb']:.1f} times the memory. An earlier run of "
+        f"batch {early['batch_size']} on another machine (`{EARLIER_BATCH_4}/`, commit "
+        f"`{early['provenance.git_commit'][:7]}`, {early['repeats']} repeats) gave {early['tokens_per_sec']:,.0f} "
+        f"tokens/s (step {early['step_ms_median']:.1f} ms against {small['step_ms_median']:.1f} ms here): at "
+        f"{early['batch_size']} sequences a step is short and leans on the host, and which of the two machines' "
+        "figures is typical was not measured.",
+        "",
+        f"![tokens/s and memory against batch, GPT-2 124M]({SWEEP_124M}/batch_sweep.png)",
+    ])
+
+
 SECTIONS = {"knobs": knobs_section, "h200-knobs": h200_knobs_section, "h200": h200_section,
             "h200-repeats": repeats_section, "cpu": cpu_section, "h200-runs": runs_section,
             "h200-small": small_section, "h200x2": x2_section, "h200-fastest": fastest_section,
-            "h200-ours": ours_section}
+            "h200-ours": ours_section, "h200-sweep-124m": sweep_124m_section}
 
 
 def render(readme: str) -> str:
