@@ -27,7 +27,7 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"
 # tell the graphs a new iteration began.
 CUDA_GRAPH_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 Checkpointing = Literal["none", "full", "selective"]
-LossKind = Literal["standard", "inline", "chunked", "fused", "cce"]
+LossKind = Literal["standard", "inline", "chunked", "fused", "cce", "onepass"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
 Parallel = Literal["none", "ddp", "fsdp2"]
@@ -134,7 +134,11 @@ def _adam_state_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None
 
 
 def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """fused, cce: on CPU, and without their library."""
+    """fused, cce: on CPU, and without their library; onepass: on CUDA without liger-kernel (its CPU path is torch's)."""
+    if value == "onepass":
+        if d.kind == "cuda" and not d.liger:
+            return "loss=onepass runs liger-kernel's cross-entropy kernel on CUDA (pip install liger-kernel); or use loss=inline"
+        return None
     library = {"fused": ("liger-kernel", d.liger), "cce": ("cut-cross-entropy", d.cce)}.get(value)
     if library is None:
         return None
@@ -199,7 +203,10 @@ class RunSettings:
         "logits and cross-entropy, but only the loss leaves the compiled region; chunked: after the compiled body, "
         "the output layer and cross-entropy over chunks of tokens, each chunk's gradients made in forward so only "
         "one chunk's logits live; fused: liger-kernel's fused linear + cross-entropy, after the "
-        "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering)",
+        "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering); "
+        "onepass: inside the compiled graph, one op makes the logits, then liger-kernel's cross-entropy kernel writes "
+        "the loss and the logits' gradient in one pass over them and the gradient products follow in forward (on CPU "
+        "the same arithmetic in torch)",
         "5. the loss head",
         _loss_skip)
     loss_chunk_tokens: int = knob(
@@ -471,10 +478,11 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
            "chunked when loss_chunk_tokens is set")
     _check(s.fp8 not in ("head", "all") or s.loss in ("standard", "inline"), f"{where}loss", s.loss,
-           f"standard or inline with fp8={s.fp8} (the chunked, fused and cce heads multiply by the output weight "
+           f"standard or inline with fp8={s.fp8} (the chunked, fused, cce and onepass heads multiply by the output weight "
            "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
-    _check(s.parallel != "fsdp2" or s.loss != "fused", f"{where}loss", s.loss,
-           "standard or chunked with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)")
+    _check(s.parallel != "fsdp2" or s.loss not in ("fused", "onepass"), f"{where}loss", s.loss,
+           f"standard or chunked with parallel=fsdp2 (the {s.loss} head reads the output weight outside the sharded "
+           "module)")
 
 
 def _check(ok: bool, key: str, value: object, valid: str) -> None:

@@ -228,6 +228,10 @@ def loss_fn(model: GPT, kind: LossKind, wrap: Callable[[nn.Module], nn.Module], 
         return lambda idx, targets: body(idx, targets)[1]
     if kind == "inline":
         return wrap(LossOnly(model))
+    if kind == "onepass":
+        from benchlab.onepass import OnePassLoss  # it imports this module
+
+        return wrap(OnePassLoss(model, hidden_dtype))
     features = wrap(Features(model, hidden_dtype))
     if kind == "chunked":
         step = torch.compile(chunk_loss_and_grads, dynamic=False) if compile_chunks else chunk_loss_and_grads

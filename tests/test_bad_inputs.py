@@ -85,7 +85,7 @@ CASES = [
     ("unknown nested key", set_params(train__bogus=1), ENV, "unknown key 'train.bogus'"),
     ("unknown precision", set_params(precision="fp8"), ENV, "precision='fp8' is not valid; expected one of: fp32, tf32, fp16, bf16"),
     ("unknown checkpointing", set_params(activation_checkpointing="most"), ENV, "expected one of: none, full, selective"),
-    ("unknown loss", set_params(loss="focal"), ENV, "loss='focal' is not valid; expected one of: standard, inline, chunked, fused, cce"),
+    ("unknown loss", set_params(loss="focal"), ENV, "loss='focal' is not valid; expected one of: standard, inline, chunked, fused, cce, onepass"),
     ("compile mode without compile", set_params(compile_mode="reduce-overhead"), ENV, "expected default unless compile=true"),
     ("accumulation that does not divide the batch", set_params(grad_accum=3), ENV, "grad_accum=3 is not valid"),
     ("fp8 given as a switch", set_params(fp8=True), ENV, "fp8=True is not valid; expected one of: none, blocks, head, all"),

@@ -69,6 +69,14 @@ def test_fused_loss_needs_liger_on_a_gpu() -> None:
     assert unsupported_reason(RunSettings(loss="cce"), no_liger) is None
 
 
+def test_onepass_loss_needs_liger_on_a_gpu_and_nothing_on_a_cpu() -> None:
+    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
+    assert unsupported_reason(RunSettings(loss="onepass"), no_liger) == (
+        "loss=onepass runs liger-kernel's cross-entropy kernel on CUDA (pip install liger-kernel); or use loss=inline")
+    assert unsupported_reason(RunSettings(loss="onepass"), H200) is None
+    assert unsupported_reason(RunSettings(loss="onepass"), CPU) is None  # torch's arithmetic there
+
+
 def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
     no_cce = DeviceFacts(**{**H200.__dict__, "cce": False})
     assert "loss=cce needs cut-cross-entropy (pip install cut-cross-entropy)" in unsupported_reason(
@@ -148,7 +156,7 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"grad_accum": 3}, "grad_accum=3 is not valid; expected a divisor of the batch size 4"),
     ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
     ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
-    ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce"),
+    ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce, onepass"),
     ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
     ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
     ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
@@ -157,9 +165,12 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
                                   "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
     ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
     ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
+    ({"loss": "onepass", "parallel": "fsdp2", "nproc": 2}, "loss='onepass' is not valid; expected standard or chunked "
+                                                          "with parallel=fsdp2 (the onepass head reads the output "
+                                                          "weight outside the sharded module)"),
     ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
     ({"fp8": "head", "loss": "chunked"}, "loss='chunked' is not valid; expected standard or inline with fp8=head "
-                                         "(the chunked, fused and cce heads multiply by the output weight themselves, "
+                                         "(the chunked, fused, cce and onepass heads multiply by the output weight themselves, "
                                          "so the float8 output layer would be bypassed; or set fp8=blocks)"),
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:

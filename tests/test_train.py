@@ -118,6 +118,8 @@ def _loss_and_grads(settings: RunSettings) -> tuple[float, dict]:
     {"activation_checkpointing": "selective"},
     {"loss": "chunked", "loss_chunk_tokens": 24},  # 64 tokens: two full chunks and a ragged one
     {"loss": "inline"},
+    {"loss": "onepass"},
+    {"grad_accum": 2, "loss": "onepass"},
     {"grad_accum": 2},
     {"grad_accum": 4, "activation_checkpointing": "selective", "loss": "chunked", "loss_chunk_tokens": 6},
     {"grad_accum": 2, "activation_checkpointing": "full", "loss": "chunked", "loss_chunk_tokens": 7},
