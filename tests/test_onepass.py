@@ -125,3 +125,24 @@ def test_compiled_onepass_step_matches_the_inline_head_on_cuda() -> None:
     assert loss == pytest.approx(inline_loss, rel=1e-3)
     for name, grad in grads.items():  # bf16 products either way; the onepass weight gradient is not rounded to bf16
         torch.testing.assert_close(grad, inline_grads[name], rtol=0.05, atol=1e-4, msg=name)
+
+
+def test_grad_check_script_refuses_an_unknown_head_and_prints_a_row_per_head_and_parameter(monkeypatch, capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "head_grad_check.py"
+    spec = importlib.util.spec_from_file_location("head_grad_check", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "CFG", GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=512))
+    monkeypatch.setattr("sys.argv", ["head_grad_check.py", "--heads", "inline,bogus"])
+    with pytest.raises(SystemExit, match="^head_grad_check.py: unknown head bogus; expected: inline, onepass$"):
+        script.main()
+    monkeypatch.setattr("sys.argv", ["head_grad_check.py", "--steps", "1"])
+    script.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(("| inline", "| onepass"))]
+    assert len(rows) == 2 * len(list(GPT(script.CFG).parameters()))
+    for row in rows:  # bf16's rounding only: a few parts in a thousand off fp32's gradient, unscaled
+        assert float(row[2]) < 0.05 and abs(float(row[3].rstrip(" |")) - 1) < 0.02, row
