@@ -23,6 +23,11 @@ METRIC_KEYS = (
     "final_train_loss", "val_loss", "val_perplexity",
 )
 
+# The learning-parity check's window (README "learning parity"): a run's mean training loss over its last 50
+# steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
+# two parity runs ended 0.03 nats apart on the H200) and a verdict wants their spread.
+TAIL_STEPS = 50
+
 # Leak check: memory held after the last timed step may exceed that after the
 # first by this much before we flag it (allocator and RSS jitter stay below).
 LEAK_MB = 8.0
@@ -127,9 +132,17 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "val_loss": vals[0],
         "val_perplexity": math.exp(vals[0]),
         "val_loss_repeat_spread": max(vals) - min(vals),
+        "repeat_val_loss": vals,
+        "repeat_tail_train_loss": [tail_loss(r.losses) for r in runs],
         "fp16_skipped_steps": first.skipped_steps,
     })
     return out
+
+
+def tail_loss(losses: list[float], steps: int = TAIL_STEPS) -> float:
+    """The mean training loss over a run's last `steps` steps (all of them when it ran fewer)."""
+    tail = losses[-steps:]
+    return sum(tail) / len(tail)
 
 
 def neighbours(runs: list[RunRecord]) -> dict[str, Any]:

@@ -13,6 +13,8 @@
 #   PARITY0, PARITY1   comma-separated variants of each GPU's parity run, tf32 first (empty skips it)
 #   CANDIDATES         JSON object of variants to add (each with all its knobs), for any of the lists
 #   PARITY_STEPS       steps of each parity run (default 300)
+#   PARITY_REPEATS     fresh-process runs of each parity variant (default 1); every one's validation loss and mean
+#                      training loss over its last 50 steps are in its record (repeat_val_loss, repeat_tail_train_loss)
 #   PARITY_CORPUS_BYTES, STUDY_LIMIT_S (default 330), PARITY_LIMIT_S (200),
 #   EXTRA              more `-S key=value` overrides for every run (a CPU check: a tiny model)
 # OUT_DIR gets <run>/ (results.tar.gz, dvc_log.txt) and <run>.txt for study0, study1, parity0, parity1.
@@ -35,7 +37,7 @@ on_gpu() {  # GPU, study variants, parity variants, run names
     -S bench.repeats=3 -S eval.batches=4 -S aggregate.baseline=recipe "${extra[@]}" > "$out/study$gpu.txt" 2>&1
   [ -z "$parity" ] || CUDA_VISIBLE_DEVICES=$gpu VARIANTS=$parity MORE_VARIANTS=${CANDIDATES:-} \
     TARGETS=$(targets "$parity") TIME_LIMIT_S=${PARITY_LIMIT_S:-200} "$here/gpu_matrix.sh" "$out/parity$gpu" \
-    -S bench.repeats=1 -S bench.steps=${PARITY_STEPS:-300} -S bench.warmup_steps=10 \
+    -S bench.repeats=${PARITY_REPEATS:-1} -S bench.steps=${PARITY_STEPS:-300} -S bench.warmup_steps=10 \
     -S train.steps=${PARITY_STEPS:-300} -S eval.batches=8 \
     -S aggregate.baseline="${parity%%,*}" "${corpus[@]}" "${extra[@]}" > "$out/parity$gpu.txt" 2>&1
 }

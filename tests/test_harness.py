@@ -102,6 +102,25 @@ def test_measured_record_statistics_across_repeats() -> None:
     assert rec["tokens_per_sec_pi95_low"] < rec["tokens_per_sec_ci95_low"]  # the next run's interval is wider
 
 
+def test_each_repeats_validation_loss_and_tail_training_loss_are_kept_for_parity() -> None:
+    # Two bf16 runs of one configuration part run to run, so a parity verdict wants every repeat's losses.
+    from benchlab.results import TAIL_STEPS, tail_loss
+
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
+    steps = TAIL_STEPS + 10
+    runs = [_record([10.0] * steps), _record([10.0] * steps)]
+    runs[0].losses = [9.0] * 10 + [3.0] * TAIL_STEPS  # the first 10 steps lie outside the window
+    runs[1].losses = [9.0] * 10 + [4.0] * (TAIL_STEPS - 1) + [4.0 + TAIL_STEPS]
+    runs[1].val_loss = 4.5
+    rec = measured_record(base, runs, cfg, 10_000, steady_tolerance=0.05)
+    assert rec["repeat_val_loss"] == [4.0, 4.5]
+    assert rec["repeat_tail_train_loss"] == pytest.approx([3.0, 5.0])  # the last step adds TAIL_STEPS / TAIL_STEPS
+    assert rec["val_loss"] == 4.0 and rec["val_loss_repeat_spread"] == pytest.approx(0.5)
+    assert tail_loss([1.0, 2.0, 3.0], steps=2) == pytest.approx(2.5)
+    assert tail_loss([1.0, 2.0]) == pytest.approx(1.5)  # fewer steps than the window: all of them
+
+
 def test_warmup_steps_stay_out_of_every_timing_statistic() -> None:
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
     base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}

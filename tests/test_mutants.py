@@ -199,6 +199,7 @@ def test_measured_record_on_a_gpu_key_by_key() -> None:
         "interference_suspected": True, "first_step_ms": 50.0, "warmup_s": 0.05,
         "flops_per_token": float(fpt), "peak_tflops": 989.0, "mfu_pct": 100 * 75_000 * fpt / 989e12,
         "final_train_loss": 2.5, "val_loss": 3.0, "val_perplexity": math.exp(3.0), "val_loss_repeat_spread": 0.5,
+        "repeat_val_loss": [3.0, 3.5], "repeat_tail_train_loss": [4.1, 4.0],  # 5 steps, fewer than the window: all
         "fp16_skipped_steps": 0,
     }
     assert rec.keys() == expected.keys()
