@@ -20,6 +20,7 @@ from typing import get_args, get_type_hints
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.config import CUDA_GRAPH_MODES, RunSettings  # noqa: E402  (the knob table lives there)
+from benchlab.results import tail_loss  # noqa: E402  (the parity window, as every record's repeat_tail_train_loss)
 from model.gpt import PRESETS  # noqa: E402
 
 
@@ -353,11 +354,11 @@ def parity_rows(run: str, names: list[str], ref_run: str | None = None) -> tuple
     rows, gaps = [], {}
     for name in names:
         losses = step_losses(run, name)
-        gaps[name] = mean(losses[-50:]) - mean(ref[-50:])
+        gaps[name] = tail_loss(losses) - tail_loss(ref)
         windows = max(abs(mean(losses[i:i + 25]) - mean(ref[i:i + 25])) for i in range(0, len(ref), 25))
         ok = "yes" if abs(gaps[name]) <= PARITY_TOLERANCE else "**no**"
         rows.append(f"| {name} | `{run.split('/')[-1]}` | {pv[name]['val_loss']:.4f} | "
-                    f"{pv[name]['val_loss'] - pv['tf32']['val_loss']:+.4f} | {mean(losses[-50:]):.4f} | {gaps[name]:+.4f} | "
+                    f"{pv[name]['val_loss'] - pv['tf32']['val_loss']:+.4f} | {tail_loss(losses):.4f} | {gaps[name]:+.4f} | "
                     f"{windows:.4f} | {ok} |")
     return rows, gaps
 
@@ -824,7 +825,7 @@ def onepass_section() -> str:
         f"- The kernel tests of the head (`tests/test_onepass.py`) passed on the H200: `{ONEPASS_STUDY}/cuda_tests.txt`.",
         "",
         f"Where the time goes (torch.profiler, 2 traced steps after 6 warm-up; the recipe and `onepass_cg` from "
-        f"`{ONEPASS_PROFILES}/`, commit `{variants(ONEPASS_RUN)['recipe']['provenance.git_commit'][:7]}`, the inline "
+        f"`{ONEPASS_PROFILES}/`, commit `{recipe['provenance.git_commit'][:7]}`, the inline "
         f"`fastest` from the study's call, `{ONEPASS_STUDY}/`):",
         "",
         *ftable,

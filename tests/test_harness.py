@@ -10,7 +10,7 @@ from benchlab import stats
 from benchlab.config import RunSettings
 from benchlab.harness import StepClock
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
-from benchlab.results import measured_record
+from benchlab.results import TAIL_STEPS, measured_record, tail_loss
 from benchlab.runner import RunRecord, repeat_in_fresh_process
 from model.gpt import GPT, GPTConfig
 
@@ -104,8 +104,6 @@ def test_measured_record_statistics_across_repeats() -> None:
 
 def test_each_repeats_validation_loss_and_tail_training_loss_are_kept_for_parity() -> None:
     # Two bf16 runs of one configuration part run to run, so a parity verdict wants every repeat's losses.
-    from benchlab.results import TAIL_STEPS, tail_loss
-
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
     base = {"tokens_per_step": 1000, "block_size": 16, "device": "cpu"}
     steps = TAIL_STEPS + 10
