@@ -133,6 +133,19 @@ def _adam_state_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None
     return None
 
 
+def _fused_clip_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """without fused_adamw; with fp16 (the GradScaler hands the kernel its own scale); under fsdp2 (sharded norms)."""
+    if not value:
+        return None
+    if not s.fused_adamw:
+        return "fused_clip=true hands the clipping scale to fused AdamW's kernel; set fused_adamw=true with it"
+    if s.precision == "fp16":
+        return "fused_clip=true and precision=fp16 both need the fused kernel's grad_scale (the GradScaler's); set fused_clip=false"
+    if s.parallel == "fsdp2":
+        return "fused_clip=true is not wired for fsdp2's sharded gradients; set fused_clip=false or parallel=ddp"
+    return None
+
+
 def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     """fused, cce: on CPU, and without their library; onepass: on CUDA without liger-kernel (its CPU path is torch's)."""
     if value == "onepass":
@@ -216,6 +229,11 @@ class RunSettings:
         "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
         "tied output head only; all: both", "3. swaps the Linear layers", _fp8_skip)
     fused_adamw: bool = knob(False, "AdamW's fused kernel instead of the for-loop implementation", "6. the optimizer")
+    fused_clip: bool = knob(
+        False, "gradient clipping inside fused AdamW's kernel: the global norm's clipping factor is handed to the "
+        "kernel as its grad_scale, which divides each gradient as it reads it, so the separate pass that rescales "
+        "every gradient is gone (train.grad_clip 0: nothing to clip, no change)", "6. the optimizer",
+        _fused_clip_skip)
     adam_state: AdamState = knob(
         "fp32", "AdamW's two moments: fp32; 8bit: torchao's AdamW8bit (block-wise quantized moments, a quarter "
         "of the memory)", "6. the optimizer", _adam_state_skip)

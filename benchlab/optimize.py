@@ -6,7 +6,8 @@
 random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
 the model, or DDP around the loss head's module, 6. the loss head, wrapped
 whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused or
-8-bit AdamW, over the sharded parameters), 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
+8-bit AdamW, over the sharded parameters, with gradient clipping folded into
+the fused kernel when asked), 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
 graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
@@ -246,6 +247,22 @@ class TrainingRun:
     scaler: torch.amp.GradScaler | None
     device: torch.device
     settings: RunSettings
+
+    def clip_gradients(self, max_norm: float) -> None:
+        """Limit the gradients' global 2-norm to max_norm (0: no clipping), as torch's clip_grad_norm_ does.
+
+        With fused_clip the factor is not applied here: fused AdamW's kernel divides each gradient by its
+        `grad_scale` as it reads it (the attribute torch's GradScaler sets for the fp16 case), so the pass that
+        rescales every gradient in memory is saved. clip_grad_norm_ multiplies by max_norm / (norm + 1e-6) where
+        that is below 1; the kernel divides by the inverse, which differs from it by rounding only."""
+        if max_norm <= 0:
+            return
+        if not self.settings.fused_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            return
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
 
     def autocast(self) -> AbstractContextManager:
         dtype = autocast_dtype(self.settings)

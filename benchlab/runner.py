@@ -107,8 +107,7 @@ def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: fl
         total = loss.detach() if total is None else total + loss.detach()
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), grad_clip)
+    run.clip_gradients(grad_clip)
     if run.scaler is not None:
         run.scaler.step(run.optimizer)
         run.scaler.update()

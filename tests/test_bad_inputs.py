@@ -134,6 +134,8 @@ CASES = [
     ("fp8 on CPU", set_params(fp8="head"), TRAIN, "fp8=head needs a GPU with float8 tensor cores"),
     ("8-bit Adam on CPU", set_params(adam_state="8bit"), TRAIN, "adam_state=8bit (torchao's AdamW8bit) is timed on CUDA GPUs only"),
     ("fused loss on CPU", set_params(loss="fused"), TRAIN, "loss=fused is a Triton kernel"),
+    ("clipping folded into no fused kernel", set_params(fused_clip=True), TRAIN,
+     "fused_clip=true hands the clipping scale to fused AdamW's kernel; set fused_adamw=true with it"),
     ("context longer than the data", small_data, TRAIN, "train.block_size=256 is longer than the validation split"),
     ("run that diverges", set_params(train__lr=1e9, train__grad_clip=0.0, train__lr_warmup_steps=0), TRAIN,
      "training stopped: loss became nan at step"),

@@ -63,6 +63,18 @@ def test_8bit_adam_needs_torchao_on_a_gpu_and_no_fused_kernel_beside_it() -> Non
     assert unsupported_reason(RunSettings(adam_state="fp32", fused_adamw=True), no_torchao) is None
 
 
+def test_fused_clip_needs_the_fused_kernel_and_its_grad_scale_free() -> None:
+    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True), CPU) is None
+    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, parallel="ddp"), H200) is None
+    assert unsupported_reason(RunSettings(fused_clip=True), CPU) == (
+        "fused_clip=true hands the clipping scale to fused AdamW's kernel; set fused_adamw=true with it")
+    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, precision="fp16"), H200) == (
+        "fused_clip=true and precision=fp16 both need the fused kernel's grad_scale (the GradScaler's); "
+        "set fused_clip=false")
+    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, parallel="fsdp2"), H200) == (
+        "fused_clip=true is not wired for fsdp2's sharded gradients; set fused_clip=false or parallel=ddp")
+
+
 def test_fused_loss_needs_liger_on_a_gpu() -> None:
     no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
     assert "pip install liger-kernel" in unsupported_reason(RunSettings(loss="fused"), no_liger)
@@ -306,3 +318,33 @@ def test_an_interrupted_write_leaves_no_file(tmp_path: Path) -> None:
     assert not target.exists() and list(tmp_path.iterdir()) == []
     write_json(target, {"ok": 1})
     assert target.read_text() == '{\n  "ok": 1\n}\n'
+
+
+def _weights_after_steps(settings: RunSettings, grad_clip: float, steps: int = 3) -> list[torch.Tensor]:
+    run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=0.01))
+    for _ in range(steps):
+        train_step(run, *_batch(), grad_clip=grad_clip)
+    return [p.detach().clone() for p in run.model.parameters()]
+
+
+@pytest.mark.parametrize("grad_clip", [0.05, 1e6])  # the tiny model's gradient norm is about 1: clipped, then not
+def test_clipping_inside_the_fused_kernel_steps_as_clip_grad_norm_does(grad_clip: float) -> None:
+    separate = _weights_after_steps(RunSettings(fused_adamw=True), grad_clip)
+    folded = _weights_after_steps(RunSettings(fused_adamw=True, fused_clip=True), grad_clip)
+    unclipped = _weights_after_steps(RunSettings(fused_adamw=True), 0.0)
+    for a, b in zip(separate, folded):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    moved_apart = max((a - b).abs().max().item() for a, b in zip(folded, unclipped))
+    assert (moved_apart > 1e-4) == (grad_clip < 1.0)  # clipping at 0.05 changes the steps; at 1e6 it does not
+
+
+def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
+    run = apply(_tiny(), RunSettings(fused_adamw=True, fused_clip=True), torch.device("cpu"), TrainParams())
+    with run.autocast():
+        run.loss(*_batch()).backward()
+    grads = [p.grad.clone() for p in run.model.parameters()]
+    norm = torch.nn.utils.get_total_norm(grads)
+    run.clip_gradients(0.05)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, run.model.parameters()))  # not rescaled in memory
+    assert float(run.optimizer.grad_scale) == pytest.approx(float(norm) / 0.05, rel=1e-5)
+    assert float(norm) > 0.05
