@@ -22,8 +22,11 @@
 set -euo pipefail
 out=$(realpath "$1"); shift
 src=$(pwd)
-# The scratch copy gets a throwaway commit; record the one the run came from.
-export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
+# The scratch copy gets a throwaway commit; record the one the run came from. A copy of a working tree whose .git
+# lags its files (the device tool's copy did on 2026-12-02) names its HEAD with "+uncommitted".
+head=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
+[ -z "$(git -C "$src" status --porcelain -- benchlab model stages scripts params.yaml dvc.yaml 2>/dev/null)" ] || head="$head+uncommitted"
+export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-$head}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT  # until the run starts (then `pack` takes over and the scratch copy stays)
 mkdir -p "$out" "$work/repo" "$work/bin"
