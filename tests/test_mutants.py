@@ -388,31 +388,34 @@ def test_neighbours_on_a_gpu_leave_out_our_own_pids(monkeypatch: pytest.MonkeyPa
 
 def test_neighbours_on_a_cpu_count_our_own_busy_share(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
-    import time
+    import types
 
     import torch
 
     from benchlab import harness
     monkeypatch.setattr(harness, "gpu_processes", lambda: pytest.fail("no nvidia-smi on a CPU run"))
     monkeypatch.setattr(harness.os, "cpu_count", lambda: 2)
+
+    def clocks(wall: list[float], ours: list[float]) -> types.SimpleNamespace:
+        """This process's clocks as the harness reads them: wall time and its own CPU time, in seconds."""
+        return types.SimpleNamespace(perf_counter=iter(wall).__next__, process_time=iter(ours).__next__)
+
+    # One of two cores busy for the whole second: 50% of the machine is ours, of 90% busy.
+    monkeypatch.setattr(harness, "time", clocks([10.0, 11.0], [3.0, 4.0]))
     jiffies = iter([(0, 1000), (900, 2000)])  # 90% of the machine busy
     monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
     n = harness.Neighbours(torch.device("cpu"))
     assert n.ours == {os.getpid(), os.getppid()} and n.seen == set() and n.known is True
     n.start()
-    end = time.process_time() + 0.2
-    while time.process_time() < end:  # one core busy for a while: about 50% of two
-        pass
     facts = n.finish()
     assert facts["other_gpu_processes"] is None
-    assert 0.0 < facts["cpu_busy_ours_pct"] <= 51.0  # under 50%: the machine is shared, wall time runs longer
-    assert facts["cpu_busy_others_pct"] == pytest.approx(90.0 - facts["cpu_busy_ours_pct"])
-    jiffies = iter([(0, 1000), (100, 2000)])  # the machine less busy than we were: others never negative
+    assert facts["cpu_busy_ours_pct"] == pytest.approx(50.0)
+    assert facts["cpu_busy_others_pct"] == pytest.approx(40.0)
+    # The machine less busy than we were (10% against our 50%): others are never negative.
+    monkeypatch.setattr(harness, "time", clocks([0.0, 1.0], [0.0, 1.0]))
+    jiffies = iter([(0, 1000), (100, 2000)])
     n = harness.Neighbours(torch.device("cpu"))
     n.start()
-    end = time.process_time() + 0.2
-    while time.process_time() < end:
-        pass
     assert n.finish()["cpu_busy_others_pct"] == 0.0
 
 

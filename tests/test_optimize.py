@@ -338,6 +338,13 @@ def test_clipping_inside_the_fused_kernel_steps_as_clip_grad_norm_does(grad_clip
     assert (moved_apart > 1e-4) == (grad_clip < 1.0)  # clipping at 0.05 changes the steps; at 1e6 it does not
 
 
+def test_fused_clip_with_clipping_off_steps_unclipped() -> None:
+    unclipped = _weights_after_steps(RunSettings(fused_adamw=True), 0.0)
+    folded_off = _weights_after_steps(RunSettings(fused_adamw=True, fused_clip=True), 0.0)
+    for a, b in zip(unclipped, folded_off):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
 def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
     run = apply(_tiny(), RunSettings(fused_adamw=True, fused_clip=True), torch.device("cpu"), TrainParams())
     with run.autocast():
