@@ -995,8 +995,8 @@ def clip_section() -> str:
         f"{again['lean']['peak_mem_allocated_mb']:,.0f} MiB. Of the two runs of these sources, `lean` meets its speed "
         f"bar in {sum(x_of(r, 'lean') >= 0.85 for r in (CLIP_RUN, CLIP_AGAIN))}: the bar is not met with any margin.",
         "",
-        f"Where the time goes (torch.profiler, 2 traced steps after 6 warm-up, `{CLIP_PROFILES}/`, same commit; its "
-        "`fastest` was still the inline head):",
+        f"Where the time goes (torch.profiler, 2 traced steps after 6 warm-up, `{CLIP_PROFILES}/`, a fresh machine, "
+        f"the first run's commit `{CLIP_SOURCE[0]}`, whose `fastest` was still the inline head):",
         "",
         *ftable,
         "",
@@ -1018,7 +1018,7 @@ def clip_section() -> str:
         f"launches wait on the traced host. Its bench median leaves "
         f"{lean['step_ms_median'] - sum(l_fam.values()):.2f} ms beyond the kernels.",
         "",
-        f"Loss parity with repeats (`{CLIP_PARITY}/`, the same machine and commit, 300 steps, 3 fresh-process runs "
+        f"Loss parity with repeats (`{CLIP_PARITY}/`, the first run's machine and commit, `{CLIP_SOURCE[0]}`, 300 steps, 3 fresh-process runs "
         f"of each variant). The corpus file is the one of the one-pass head's earlier parity runs (md5 `{md5[:8]}` "
         f"in all three), and tf32's curve {'is theirs step for step' if tf32_same else 'differs from theirs'}. tf32's "
         "runs repeat exactly, so each run is compared with the one tf32 curve:",
