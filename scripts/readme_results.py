@@ -742,6 +742,17 @@ def earlier_best(name: str, but: str, **knobs: object) -> tuple[str, dict]:
     return max(earlier_runs(name, but, **knobs), key=lambda run_r: run_r[1]["tokens_per_sec"])
 
 
+def families_table(fam: dict[str, dict[str, float]], gaps: list[float]) -> list[str]:
+    """Device ms per step by kernel family, a column per profile (families in each profile's order, largest first),
+    with the kernels' sum and the traced gaps between them."""
+    order = list(dict.fromkeys(k for f in fam.values() for k in sorted(f, key=lambda k: -f[k])))
+    rows = ["| family (device ms per step) | " + " | ".join(fam) + " |", "| --- |" + " --- |" * len(fam)]
+    rows += [f"| {k} | " + " | ".join(f"{f.get(k, 0.0):.2f}" for f in fam.values()) + " |" for k in order]
+    rows.append("| **all kernels** | " + " | ".join(f"**{sum(f.values()):.2f}**" for f in fam.values()) + " |")
+    rows.append("| gaps between kernels (traced) | " + " | ".join(f"{g:.2f}" for g in gaps) + " |")
+    return rows
+
+
 def is_onepass_cg(r: dict) -> bool:
     return r["loss"] == "onepass" and r["compile_mode"] == "reduce-overhead"
 
@@ -771,13 +782,9 @@ def onepass_section() -> str:
     fam = {"recipe": profile_families("recipe", ONEPASS_PROFILES),
            "fastest (inline)": profile_families("fastest", ONEPASS_STUDY),
            "onepass_cg": profile_families("fastest", ONEPASS_PROFILES)}
-    order = list(dict.fromkeys(k for f in fam.values() for k in sorted(f, key=lambda k: -f[k])))
-    ftable = ["| family (device ms per step) | " + " | ".join(fam) + " |", "| --- |" + " --- |" * len(fam)]
-    ftable += [f"| {k} | " + " | ".join(f"{f.get(k, 0.0):.2f}" for f in fam.values()) + " |" for k in order]
-    ftable.append("| **all kernels** | " + " | ".join(f"**{sum(f.values()):.2f}**" for f in fam.values()) + " |")
     gaps = {"recipe": gap_ms(ONEPASS_PROFILES, "recipe"), "fastest (inline)": gap_ms(ONEPASS_STUDY, "fastest"),
             "onepass_cg": gap_ms(ONEPASS_PROFILES, "fastest")}
-    ftable.append("| gaps between kernels | " + " | ".join(f"{g:.2f}" for g in gaps.values()) + " |")
+    ftable = families_table(fam, list(gaps.values()))
     medians = {"recipe": recipe, "fastest (inline)": study["fastest"], "onepass_cg": run["onepass_cg"]}
     untraced = {k: medians[k]["step_ms_median"] - sum(fam[k].values()) for k in fam}
     lean_best_run, lean_best = earlier_best("lean", ONEPASS_RUN, loss="chunked")
@@ -910,11 +917,7 @@ def clip_section() -> str:
     profiled = {"recipe": "recipe", "inline head (`fastest` at that commit)": "fastest", "**`fastest`**": "onepass_cg",
                 "**`lean`**": "lean"}
     fam = {k: profile_families(v, CLIP_PROFILES) for k, v in profiled.items()}
-    order = list(dict.fromkeys(k for f in fam.values() for k in sorted(f, key=lambda k: -f[k])))
-    ftable = ["| family (device ms per step) | " + " | ".join(fam) + " |", "| --- |" + " --- |" * len(fam)]
-    ftable += [f"| {k} | " + " | ".join(f"{f.get(k, 0.0):.2f}" for f in fam.values()) + " |" for k in order]
-    ftable.append("| **all kernels** | " + " | ".join(f"**{sum(f.values()):.2f}**" for f in fam.values()) + " |")
-    ftable.append("| gaps between kernels (traced) | " + " | ".join(f"{gap_ms(CLIP_PROFILES, v):.2f}" for v in profiled.values()) + " |")
+    ftable = families_table(fam, [gap_ms(CLIP_PROFILES, v) for v in profiled.values()])
     r_fam, f_fam, l_fam = fam["recipe"], fam["**`fastest`**"], fam["**`lean`**"]
     inline_fam = fam["inline head (`fastest` at that commit)"]
     (adam_sep, rescale), (adam_fold,) = (kernel_rows_ms(CLIP_PROFILES, v, "multi_tensor_apply_kernel")
