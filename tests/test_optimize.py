@@ -355,3 +355,13 @@ def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, run.model.parameters()))  # not rescaled in memory
     assert float(run.optimizer.grad_scale) == pytest.approx(float(norm) / 0.05, rel=1e-5)
     assert float(norm) > 0.05
+
+
+def test_fused_adamw_leaves_the_gradients_divided_by_its_grad_scale() -> None:
+    # Why fused_clip's kernel writes more than the plain fused step (README, the clip section's profile).
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.full((4,), 2.0)
+    opt = torch.optim.AdamW([p], fused=True)
+    opt.grad_scale = torch.tensor(4.0)  # type: ignore[attr-defined]
+    opt.step()
+    assert torch.equal(p.grad, torch.full((4,), 0.5))
