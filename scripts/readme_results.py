@@ -513,19 +513,19 @@ CACHE_RUN = "results/h200-cache/after"
 MATMUL_TFLOPS = 756.0
 
 
+def kernel_rows(run: str, variant: str, name_part: str) -> list[tuple[float, int]]:
+    """Device ms per step and calls per step of every listed kernel whose name holds `name_part`, in the
+    profile's order."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in read(f"{run}/plots/profiles/{variant}_kernels.md").splitlines()]
+    return [(float(cells[3]), round(float(cells[2]))) for cells in rows if len(cells) == 5 and name_part in cells[0]]
+
+
 def kernel_ms(run: str, variant: str, name_part: str) -> tuple[float, int]:
     """Device ms per step and calls per step of the first kernel whose name holds `name_part`, from a profile."""
-    for line in read(f"{run}/plots/profiles/{variant}_kernels.md").splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 5 and name_part in cells[0]:
-            return float(cells[3]), round(float(cells[2]))
-    raise SystemExit(f"{run}: no kernel named like {name_part!r} in {variant}'s profile")
-
-
-def kernel_rows_ms(run: str, variant: str, name_part: str) -> list[float]:
-    """Device ms per step of every listed kernel whose name holds `name_part`, in the profile's order."""
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in read(f"{run}/plots/profiles/{variant}_kernels.md").splitlines()]
-    return [float(cells[3]) for cells in rows if len(cells) == 5 and name_part in cells[0]]
+    found = kernel_rows(run, variant, name_part)
+    if not found:
+        raise SystemExit(f"{run}: no kernel named like {name_part!r} in {variant}'s profile")
+    return found[0]
 
 
 def gap_ms(run: str, variant: str) -> float:
@@ -920,8 +920,8 @@ def clip_section() -> str:
     ftable = families_table(fam, [gap_ms(CLIP_PROFILES, v) for v in profiled.values()])
     r_fam, f_fam, l_fam = fam["recipe"], fam["**`fastest`**"], fam["**`lean`**"]
     inline_fam = fam["inline head (`fastest` at that commit)"]
-    (adam_sep, rescale), (adam_fold,) = (kernel_rows_ms(CLIP_PROFILES, v, "multi_tensor_apply_kernel")
-                                         for v in ("fastest", "onepass_cg"))
+    (adam_sep, _), (rescale, _) = kernel_rows(CLIP_PROFILES, "fastest", "multi_tensor_apply_kernel")
+    ((adam_fold, _),) = kernel_rows(CLIP_PROFILES, "onepass_cg", "multi_tensor_apply_kernel")
     ran = recipe["provenance.source_sha256"][:12]
     again = variants(CLIP_AGAIN)
     for r in (recipe, again["recipe"]):
