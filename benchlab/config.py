@@ -188,6 +188,13 @@ def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
     return None
 
 
+def _weight_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """bf16: GPUs without bf16."""
+    if value == "bf16" and d.kind == "cuda" and not d.bf16:
+        return f"weight_dtype=bf16 needs an Ampere or newer GPU; {d.name} has no bf16; use weight_dtype=fp32"
+    return None
+
+
 def _param_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     """bf16: GPUs without bf16."""
     if value == "bf16" and d.kind == "cuda" and not d.bf16:
@@ -205,6 +212,12 @@ class RunSettings:
     precision: Precision = knob(
         "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)",
         "2. matmul flags; 7. autocast and GradScaler", _precision_skip)
+    weight_dtype: ParamDtype = knob(
+        "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
+        "(autocast casts each weight to bf16 for its matmul, every step); bf16 (with precision=bf16): no fp32 copy, "
+        "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
+        "each update is rounded to bf16's 8 significant bits, so changes below about 0.4% of a weight (weight "
+        "decay's, late small steps) are lost", "1. device placement (model.to)", _weight_dtype_skip)
     attention: Attention = knob(
         "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
         "0. the model's constructor (the one switch the model knows)")
@@ -492,6 +505,10 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.nccl_max_ctas >= 0, f"{where}nccl_max_ctas", s.nccl_max_ctas, "0 (NCCL's choice) or a positive count")
     _check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
            "ddp or fsdp2 when nccl_max_ctas is set")
+    _check(s.weight_dtype == "fp32" or s.precision == "bf16", f"{where}precision", s.precision,
+           "bf16 with weight_dtype=bf16 (the matmuls run in the weights' dtype; fp16 loss scaling needs fp32 weights)")
+    _check(s.weight_dtype == "fp32" or s.parallel != "fsdp2", f"{where}parallel", s.parallel,
+           "none or ddp with weight_dtype=bf16 (under fsdp2, fsdp_param_dtype=bf16 gathers bf16 copies of fp32 shards)")
     _check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     _check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
            "chunked when loss_chunk_tokens is set")

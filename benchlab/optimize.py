@@ -1,7 +1,7 @@
 """Every optimization is applied here, from outside the model, in one fixed order.
 
 0. the attention kernel (the model's constructor, `benchlab.build`), then:
-1. device placement, 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
+1. device placement (in the weights' dtype), 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
 4. activation checkpointing of each block (and how compiled backward replays
 random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
 the model, or DDP around the loss head's module, 6. the loss head, wrapped
@@ -261,7 +261,7 @@ class TrainingRun:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
             return
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True).float()  # the kernel takes an fp32 scale
         self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
 
     def autocast(self) -> AbstractContextManager:
@@ -281,7 +281,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     reason = why_not(settings, device)
     if reason:
         raise LabError(reason)
-    model = model.to(device)
+    model = model.to(device, dtype=torch.bfloat16 if settings.weight_dtype == "bf16" else None)
     if device.type == "cuda":
         set_tf32(settings)
     if settings.fp8 != "none":
