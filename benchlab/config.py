@@ -32,6 +32,7 @@ DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
 Parallel = Literal["none", "ddp", "fsdp2"]
 ParamDtype = Literal["fp32", "bf16"]
+WeightDtype = Literal["fp32", "bf16", "bf16_sr"]
 CommHook = Literal["none", "bf16"]
 Float8 = Literal["none", "blocks", "head", "all"]
 AdamState = Literal["fp32", "8bit"]
@@ -189,9 +190,21 @@ def _nproc_skip(value: int, s: "RunSettings", d: DeviceFacts) -> str | None:
 
 
 def _weight_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """bf16: GPUs without bf16."""
-    if value == "bf16" and d.kind == "cuda" and not d.bf16:
-        return f"weight_dtype=bf16 needs an Ampere or newer GPU; {d.name} has no bf16; use weight_dtype=fp32"
+    """bf16, bf16_sr: GPUs without bf16; bf16_sr: without torchao, beside fused_adamw or adam_state=8bit (two
+    optimizers asked for), on CPU without a C++ compiler (its step is compiled)."""
+    if value == "fp32":
+        return None
+    if d.kind == "cuda" and not d.bf16:
+        return f"weight_dtype={value} needs an Ampere or newer GPU; {d.name} has no bf16; use weight_dtype=fp32"
+    if value != "bf16_sr":
+        return None
+    if s.fused_adamw or s.adam_state != "fp32":
+        return ("weight_dtype=bf16_sr is torchao's AdamW with stochastic rounding, its own compiled step; set "
+                "fused_adamw=false and adam_state=fp32 with it")
+    if not d.torchao:
+        return "weight_dtype=bf16_sr needs torchao (pip install torchao); or set weight_dtype=bf16"
+    if d.kind == "cpu" and not d.cxx:
+        return "weight_dtype=bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)"
     return None
 
 
@@ -212,12 +225,14 @@ class RunSettings:
     precision: Precision = knob(
         "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)",
         "2. matmul flags; 7. autocast and GradScaler", _precision_skip)
-    weight_dtype: ParamDtype = knob(
+    weight_dtype: WeightDtype = knob(
         "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
         "(autocast casts each weight to bf16 for its matmul, every step); bf16 (with precision=bf16): no fp32 copy, "
         "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
-        "each update is rounded to bf16's 8 significant bits, so changes below about 0.4% of a weight (weight "
-        "decay's, late small steps) are lost", "1. device placement (model.to)", _weight_dtype_skip)
+        "each update is rounded to the nearest bf16 (8 significant bits), so changes below about 0.4% of a weight "
+        "(weight decay's, late small steps) are lost; bf16_sr: the same, stepped by torchao's AdamW with "
+        "stochastic rounding (each weight rounds up or down with odds that make the update right on average)",
+        "1. device placement (model.to); 6. the optimizer (bf16_sr)", _weight_dtype_skip)
     attention: Attention = knob(
         "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
         "0. the model's constructor (the one switch the model knows)")
@@ -506,9 +521,11 @@ def _check_combination(where: str, s: RunSettings, batch: int) -> None:
     _check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
            "ddp or fsdp2 when nccl_max_ctas is set")
     _check(s.weight_dtype == "fp32" or s.precision == "bf16", f"{where}precision", s.precision,
-           "bf16 with weight_dtype=bf16 (the matmuls run in the weights' dtype; fp16 loss scaling needs fp32 weights)")
+           f"bf16 with weight_dtype={s.weight_dtype} (the matmuls run in the weights' dtype; fp16 loss scaling needs "
+           "fp32 weights)")
     _check(s.weight_dtype == "fp32" or s.parallel != "fsdp2", f"{where}parallel", s.parallel,
-           "none or ddp with weight_dtype=bf16 (under fsdp2, fsdp_param_dtype=bf16 gathers bf16 copies of fp32 shards)")
+           f"none or ddp with weight_dtype={s.weight_dtype} (under fsdp2, fsdp_param_dtype=bf16 gathers bf16 copies "
+           "of fp32 shards)")
     _check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     _check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
            "chunked when loss_chunk_tokens is set")

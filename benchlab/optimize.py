@@ -5,8 +5,8 @@
 4. activation checkpointing of each block (and how compiled backward replays
 random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
 the model, or DDP around the loss head's module, 6. the loss head, wrapped
-whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused or
-8-bit AdamW, over the sharded parameters, with gradient clipping folded into
+whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused,
+8-bit or stochastically rounding AdamW, over the sharded parameters, with gradient clipping folded into
 the fused kernel when asked), 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
@@ -127,8 +127,8 @@ def rng_replay(settings: RunSettings) -> None:
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
-    """AdamW with decay on matrices only (as GPT-2 trainers do): for-loop, fused kernel, or torchao's 8-bit one
-    (its learning rate is a tensor, which `set_lr` fills)."""
+    """AdamW with decay on matrices only (as GPT-2 trainers do): for-loop, fused kernel, torchao's 8-bit one, or
+    torchao's with stochastic rounding into bf16 weights (their learning rate is a tensor, which `set_lr` fills)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
@@ -138,6 +138,10 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(groups, lr=train.lr, betas=(0.9, 0.95))
+    if settings.weight_dtype == "bf16_sr":
+        from torchao.optim import _AdamW  # torchao's exported AdamW for bf16 weights (the name is underscored)
+
+        return _AdamW(groups, lr=train.lr, betas=(0.9, 0.95), bf16_stochastic_round=True)
     if settings.fused_adamw:
         return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), fused=True)
     # foreach=False: the plain per-parameter loop, the unoptimized baseline.
@@ -281,7 +285,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     reason = why_not(settings, device)
     if reason:
         raise LabError(reason)
-    model = model.to(device, dtype=torch.bfloat16 if settings.weight_dtype == "bf16" else None)
+    model = model.to(device, dtype=None if settings.weight_dtype == "fp32" else torch.bfloat16)
     if device.type == "cuda":
         set_tf32(settings)
     if settings.fp8 != "none":

@@ -409,3 +409,54 @@ def test_bf16_weights_train_as_fp32_weights_do_up_to_bf16_rounding() -> None:
     for a, b in zip(curves["fp32"], curves["bf16"]):
         assert abs(a - b) < 0.01 * a
     assert curves["fp32"] != curves["bf16"]  # the weights really were rounded
+
+
+def test_stochastic_rounding_needs_torchao_its_own_step_and_a_compiler() -> None:
+    sr = {"precision": "bf16", "weight_dtype": "bf16_sr"}
+    assert unsupported_reason(RunSettings(**sr), H200) is None
+    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True)) is None
+    for two_optimizers in ({"fused_adamw": True}, {"adam_state": "8bit"}):
+        assert unsupported_reason(RunSettings(**sr, **two_optimizers), H200) == (
+            "weight_dtype=bf16_sr is torchao's AdamW with stochastic rounding, its own compiled step; set "
+            "fused_adamw=false and adam_state=fp32 with it")
+    assert unsupported_reason(RunSettings(**sr), DeviceFacts(**{**H200.__dict__, "torchao": False})) == (
+        "weight_dtype=bf16_sr needs torchao (pip install torchao); or set weight_dtype=bf16")
+    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=False, torchao=True)) == (
+        "weight_dtype=bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)")
+    assert "has no bf16" in unsupported_reason(RunSettings(**sr), V100)
+    with pytest.raises(LabError, match="precision='fp32' is not valid; expected bf16 with weight_dtype=bf16_sr"):
+        parse_params(micro_params(weight_dtype="bf16_sr"))
+
+
+def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
+    pytest.importorskip("torchao")
+    from torchao.optim import _AdamW
+
+    model = _tiny().to(torch.bfloat16)
+    opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16_sr"), TrainParams(lr=0.01))
+    assert isinstance(opt, _AdamW) and opt.bf16_stochastic_round
+    assert [g["weight_decay"] for g in opt.param_groups] == [TrainParams().weight_decay, 0.0]
+    assert all(p.dim() >= 2 for p in opt.param_groups[0]["params"]) and all(p.dim() < 2 for p in opt.param_groups[1]["params"])
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+    set_lr(opt, 0.002)
+    assert [float(g["lr"]) for g in opt.param_groups] == pytest.approx([0.002, 0.002])  # fp32 tensors
+
+
+@pytest.mark.parametrize("weight_dtype", ["bf16", "bf16_sr"])
+def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(weight_dtype: str) -> None:
+    pytest.importorskip("torchao")
+    # Weights of 1.0 and a first Adam step of 0.001 (lr times a normalized moment of 1): the nearest bf16 to 0.999
+    # is 1.0 (its spacing there is 2^-7 below 1), so round-to-nearest loses the step; stochastic rounding lands on
+    # 0.99609375 with odds 0.001 / 2^-8, so the mean weight moves by the step.
+    layer = torch.nn.Linear(64, 64, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+    layer.weight.grad = torch.full_like(layer.weight, 0.5)
+    settings = RunSettings(precision="bf16", weight_dtype=weight_dtype, fused_adamw=weight_dtype == "bf16")  # type: ignore[arg-type]
+    make_optimizer(layer, settings, TrainParams(lr=1e-3, weight_decay=0.0)).step()
+    values = set(layer.weight.float().flatten().tolist())
+    mean = layer.weight.float().mean().item()
+    if weight_dtype == "bf16":
+        assert values == {1.0}
+    else:
+        assert values == {1.0, 0.99609375} and mean == pytest.approx(0.999, abs=2e-4)
