@@ -229,7 +229,7 @@ class RunSettings:
         "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
         "(autocast casts each weight to bf16 for its matmul, every step); bf16 (with precision=bf16): no fp32 copy, "
         "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
-        "each update is rounded to the nearest bf16 (8 significant bits), so changes below about 0.4% of a weight "
+        "each update is rounded to the nearest bf16 (8 significant bits), so changes below 0.2 to 0.4% of a weight "
         "(weight decay's, late small steps) are lost; bf16_sr: the same, stepped by torchao's AdamW with "
         "stochastic rounding (each weight rounds up or down with odds that make the update right on average)",
         "1. device placement (model.to); 6. the optimizer (bf16_sr)", _weight_dtype_skip)

@@ -1048,6 +1048,110 @@ def clip_section() -> str:
     ])
 
 
+
+WEIGHTS = "results/h200-weights"
+WEIGHT_LABELS = {"recipe": "the public recipe",
+                 "fastest": "**`fastest`**: the one-pass head under CUDA graphs, `fused_clip`",
+                 "fastest_ma": "`fastest` under `compile_mode: max-autotune` (CUDA graphs and tuned kernels)",
+                 "lean": "**`lean`**: full checkpointing, the chunked head, `fused_clip`",
+                 "fastest_bf16w": "`fastest` with `weight_dtype: bf16` (weights, gradients and moments in bf16)",
+                 "fastest_sr": "`fastest` with `weight_dtype: bf16_sr` (torchao's AdamW, stochastic rounding; "
+                               "no `fused_adamw`, so no `fused_clip`)"}
+
+
+def window_gaps(run: str, name: str, width: int = 50) -> list[float]:
+    """A variant's mean training loss minus tf32's over consecutive windows of `width` steps, in one parity run."""
+    ref, losses = step_losses(run, "tf32"), step_losses(run, name)
+    return [mean(losses[i:i + width]) - mean(ref[i:i + width]) for i in range(0, len(ref), width)]
+
+
+def weights_section() -> str:
+    """The 2026-12-02 candidates for `fastest`: max-autotune, bf16 weights (nearest and stochastic rounding)."""
+    auto, bf16, sr_run = (f"{WEIGHTS}/{r}" for r in ("autotune/study", "bf16/study", "sr/parity"))
+    a, b, sr = variants(auto), variants(bf16), variants(sr_run)
+    bp = variants(f"{WEIGHTS}/bf16/parity")
+    env = load(f"{auto}/metrics/env.json")
+    fp32 = variants(CLIP_RUN)["fp32_baseline"]["peak_mem_allocated_mb"]
+    cold, warm = (load(f"{WEIGHTS}/autotune/probe/ma_probe{i}.json")["step_s"][0] for i in (1, 2))
+    commits = {run: variants(run)["recipe" if "recipe" in variants(run) else "tf32"]["provenance.git_commit"][:7]
+               for run in (auto, bf16, f"{WEIGHTS}/bf16/parity", sr_run)}
+    assert all(r["provenance.tree_clean"] for run in (a, b, bp, sr) for r in run.values()), "a record's tree was not clean"
+    corpora = {re.search(r"path: data/corpus/parity.txt\n\s+hash: md5\n\s+md5: (\w+)", read(f"{r}/dvc.lock")).group(1)  # type: ignore[union-attr]
+               for r in (f"{WEIGHTS}/bf16/parity", sr_run)}
+    assert len(corpora) == 1, f"the two parity runs' corpora differ: {corpora}"
+    assert step_losses(f"{WEIGHTS}/bf16/parity", "tf32") == step_losses(sr_run, "tf32"), "tf32 differs between runs"
+    ptable = ["| variant | parity run | last-50-step train loss | vs tf32 | vs tf32 by 50-step window, first to last | "
+              "val loss vs tf32 | within tolerance |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    gaps = {}
+    for run, name in ((sr_run, "recipe"), (f"{WEIGHTS}/bf16/parity", "fastest_bf16w"), (sr_run, "fastest_sr")):
+        rows = variants(run)
+        tail = rows[name]["repeat_tail_train_loss"]
+        assert len(tail) == 1, f"{run}: {name} has {len(tail)} runs; the table says one"
+        gaps[name] = tail[0] - rows["tf32"]["repeat_tail_train_loss"][0]
+        ok = "yes" if abs(gaps[name]) <= PARITY_TOLERANCE else "**no**"
+        ptable.append(f"| {name} | `{run.removeprefix(WEIGHTS + '/')}` | {tail[0]:.4f} | {gaps[name]:+.3f} | "
+                      f"{', '.join(f'{g:+.3f}' for g in window_gaps(run, name))} | "
+                      f"{rows[name]['val_loss'] - rows['tf32']['val_loss']:+.3f} | {ok} |")
+    fast_w, fast_sr = b["fastest_bf16w"], sr["fastest_sr"]
+    assert fast_w["repeats"] == 1 and fast_sr["repeats"] == 1, "the text says one run of each"
+    return "\n".join([
+        f"**Three more candidates for `fastest`** (`{WEIGHTS}/`, 2026-12-02, each call on a `nvidia-h200`: {env['gpu']}, "
+        f"torch {env['torch']}; `gpt2_124m`, batch {a['recipe']['batch_size']} x {a['recipe']['block_size']}; studies of "
+        f"{a['recipe']['steps']} steps, {a['recipe']['warmup_steps']} of them warm-up, 3 fresh-process repeats unless a "
+        "row says fewer; every record names its commit and a clean tree). None of them is `fastest`: the one fast "
+        "enough fails parity, and the one with parity is not fast enough.",
+        "",
+        f"`compile_mode: max-autotune` (`autotune/study/`, commit `{commits[auto]}`). The machine's compile caches were "
+        f"filled first (`autotune/probe/`: the first step took {cold:.0f} s to compile and tune in a fresh process, "
+        f"{warm:.0f} s in the next, which read the caches). The share of fp32's peak is against the fp32 baseline "
+        f"of `{CLIP_RUN}/` ({fp32:,.0f} MiB).",
+        "",
+        *STUDY_HEAD, *study_rows(a, ["recipe", "fastest", "fastest_ma", "lean"], WEIGHT_LABELS, lambda r: fp32_share(r, fp32)),
+        "",
+        f"- Tuning bought nothing: `fastest_ma` ran {a['fastest_ma']['tokens_per_sec'] / a['fastest']['tokens_per_sec'] - 1:+.1%} "
+        f"against `fastest`, {intervals(a['fastest_ma'], a['fastest'])}. `fastest`: {x_of(auto, 'fastest'):.3f}x the recipe.",
+        f"- `lean`: {x_of(auto, 'lean'):.1%} of the recipe's tokens/s (bar 85%: "
+        f"{'met' if x_of(auto, 'lean') >= 0.85 else '**missed**'}), its third run against the bar. This run's "
+        f"steps were uneven (p90 {a['lean']['step_ms_p90']:.1f} ms against a median of {a['lean']['step_ms_median']:.1f}; "
+        f"the harness flagged the steady state: `steady_state_ok` {str(a['lean']['steady_state_ok']).lower()}).",
+        "",
+        f"bf16 weights (`bf16/study/`, commit `{commits[bf16]}`): the new knob `weight_dtype: bf16` keeps the "
+        "parameters, their gradients and AdamW's moments in bf16, so autocast casts no weight, the residual stream "
+        "is bf16, and the optimizer and the elementwise kernels move half the bytes. The time limit let "
+        "`fastest_bf16w` finish one of its three repeats, so it has no interval.",
+        "",
+        *STUDY_HEAD, *study_rows(b, ["recipe", "fastest", "fastest_bf16w"], WEIGHT_LABELS, lambda r: fp32_share(r, fp32)),
+        "",
+        f"- `fastest_bf16w` ran {x_of(bf16, 'fastest_bf16w'):.3f}x the recipe (one run; bar 1.10x) and "
+        f"{fast_w['tokens_per_sec'] / b['fastest']['tokens_per_sec']:.3f}x `fastest`, whose own ratio here is "
+        f"{x_of(bf16, 'fastest'):.3f}x. Its step took {fast_w['step_ms_median']:.2f} ms against `fastest`'s "
+        f"{b['fastest']['step_ms_median']:.2f}.",
+        "",
+        f"Loss parity (300 steps, one run each; `bf16/parity/` at `{commits[f'{WEIGHTS}/bf16/parity']}` and "
+        f"`sr/parity/` at `{commits[sr_run]}`, on the same corpus, md5 `{corpora.pop()[:8]}`, where tf32's curve is the "
+        "same step for step in both):",
+        "",
+        *ptable,
+        "",
+        f"- bf16 weights rounded to nearest end {gaps['fastest_bf16w']:+.3f} nats above tf32, outside the tolerance, "
+        "and the gap grows through the run as the learning rate decays. That is what rounding each update to the "
+        "nearest bf16 predicts: an update smaller than half the spacing of bf16 near a weight (0.2 to 0.4% of it) "
+        "is lost, and more updates are that small as the steps shrink.",
+        f"- Stochastic rounding (`weight_dtype: bf16_sr`, torchao's AdamW) keeps the gap at {gaps['fastest_sr']:+.3f}, "
+        f"within the tolerance (the recipe's, in the same run: {gaps['recipe']:+.3f}). But it ran "
+        f"{fast_sr['tokens_per_sec'] / sr['recipe']['tokens_per_sec']:.3f}x the recipe of its run "
+        f"({fast_sr['tokens_per_sec']:,.0f} against {sr['recipe']['tokens_per_sec']:,.0f} tokens/s over 300 steps; one "
+        f"run each, so no interval). torchao steps each of the model's parameters in its own compiled call, from the "
+        f"host: its tokens/s by the wall clock over the timed steps ran {fast_sr['host_overhead_pct']:.1f}% below the "
+        f"figure from its step times (the recipe's: {sr['recipe']['host_overhead_pct']:.1f}%), and its p90 step was {fast_sr['step_ms_p90']:.1f} ms against a "
+        f"median of {fast_sr['step_ms_median']:.1f} and a p10 of {fast_sr['step_ms_p10']:.1f}. So the gain of bf16 "
+        "weights is there, but the stochastically rounded step must be one launch over all parameters, not one per "
+        "parameter, to keep it. That was not tried.",
+        f"- Peak memory: {fast_w['peak_mem_allocated_mb']:,.0f} MiB allocated for bf16 weights, against "
+        f"{b['fastest']['peak_mem_allocated_mb']:,.0f} for `fastest` (both under CUDA graphs, whose pools the "
+        "allocated peak does not see; reserved in the table).",
+    ])
+
 def intervals(a: dict, b: dict) -> str:
     """Whether two records' next-run 95% intervals of tokens/s overlap, in words."""
     return "the intervals overlapping" if overlap(a, b) == "yes" else "the intervals apart"
@@ -1517,7 +1621,7 @@ SECTIONS = {"knobs": knobs_section, "h200-knobs": h200_knobs_section, "h200": h2
             "h200-repeats": repeats_section, "cpu": cpu_section, "h200-runs": runs_section,
             "h200-small": small_section, "h200x2": x2_section, "h200-fastest": fastest_section,
             "h200-ours": ours_section, "h200-sweep-124m": sweep_124m_section, "h200-onepass": onepass_section,
-            "h200-clip": clip_section}
+            "h200-clip": clip_section, "h200-weights": weights_section}
 
 
 def render(readme: str) -> str:
