@@ -231,7 +231,8 @@ class RunSettings:
         "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
         "each update is rounded to the nearest bf16 (8 significant bits), so changes below 0.2 to 0.4% of a weight "
         "(weight decay's, late small steps) are lost; bf16_sr: the same, stepped by torchao's AdamW with "
-        "stochastic rounding (each weight rounds up or down with odds that make the update right on average)",
+        "stochastic rounding (each weight rounds up or down with odds that make the update right on average), its "
+        "per-parameter step run over every parameter in one compiled call (benchlab/sr_adamw.py)",
         "1. device placement (model.to); 6. the optimizer (bf16_sr)", _weight_dtype_skip)
     attention: Attention = knob(
         "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",

@@ -139,9 +139,9 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
 
         return AdamW8bit(groups, lr=train.lr, betas=(0.9, 0.95))
     if settings.weight_dtype == "bf16_sr":
-        from torchao.optim import _AdamW  # torchao's exported AdamW for bf16 weights (the name is underscored)
+        from benchlab.sr_adamw import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
 
-        return _AdamW(groups, lr=train.lr, betas=(0.9, 0.95), bf16_stochastic_round=True)
+        return OneCallAdamW(groups, lr=train.lr, betas=(0.9, 0.95))
     if settings.fused_adamw:
         return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), fused=True)
     # foreach=False: the plain per-parameter loop, the unoptimized baseline.

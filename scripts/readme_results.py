@@ -1145,8 +1145,10 @@ def weights_section() -> str:
         f"host: its tokens/s by the wall clock over the timed steps ran {fast_sr['host_overhead_pct']:.1f}% below the "
         f"figure from its step times (the recipe's: {sr['recipe']['host_overhead_pct']:.1f}%), and its p90 step was {fast_sr['step_ms_p90']:.1f} ms against a "
         f"median of {fast_sr['step_ms_median']:.1f} and a p10 of {fast_sr['step_ms_p10']:.1f}. So the gain of bf16 "
-        "weights is there, but the stochastically rounded step must be one launch over all parameters, not one per "
-        "parameter, to keep it. That was not tried.",
+        "weights is there, but the stochastically rounded step must not be one host call per parameter to keep it. "
+        "Since this run, `weight_dtype: bf16_sr` runs torchao's step over all of a group's parameters in one "
+        "compiled call (`benchlab/sr_adamw.py`, the same arithmetic: `tests/test_optimize.py`); that version has "
+        "not run on a GPU yet.",
         f"- Peak memory: {fast_w['peak_mem_allocated_mb']:,.0f} MiB allocated for bf16 weights, against "
         f"{b['fastest']['peak_mem_allocated_mb']:,.0f} for `fastest` (both under CUDA graphs, whose pools the "
         "allocated peak does not see; reserved in the table).",

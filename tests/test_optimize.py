@@ -430,11 +430,11 @@ def test_stochastic_rounding_needs_torchao_its_own_step_and_a_compiler() -> None
 
 def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
     pytest.importorskip("torchao")
-    from torchao.optim import _AdamW
+    from benchlab.sr_adamw import OneCallAdamW
 
     model = _tiny().to(torch.bfloat16)
     opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16_sr"), TrainParams(lr=0.01))
-    assert isinstance(opt, _AdamW) and opt.bf16_stochastic_round
+    assert isinstance(opt, OneCallAdamW) and opt.bf16_stochastic_round
     assert [g["weight_decay"] for g in opt.param_groups] == [TrainParams().weight_decay, 0.0]
     assert all(p.dim() >= 2 for p in opt.param_groups[0]["params"]) and all(p.dim() < 2 for p in opt.param_groups[1]["params"])
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
@@ -460,3 +460,43 @@ def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(weight_
         assert values == {1.0}
     else:
         assert values == {1.0, 0.99609375} and mean == pytest.approx(0.999, abs=2e-4)
+
+
+def _one_layer() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+
+
+def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
+    # Without the rounding (fp32 weights) the one compiled call and torchao's per-parameter calls run the same
+    # arithmetic, so three steps land on the same weights; each step is one call per group, not one per parameter.
+    pytest.importorskip("torchao")
+    from torchao.optim import _AdamW
+
+    from benchlab.sr_adamw import OneCallAdamW
+
+    g = torch.Generator().manual_seed(2)
+    grads = [[torch.randn(p.shape, generator=g) for p in _one_layer().parameters()] for _ in range(3)]
+    weights = {}
+    calls: list[int] = []
+    for kind in ("torchao", "one call"):
+        model = _one_layer()
+        params = list(model.parameters())
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        if kind == "torchao":
+            opt: torch.optim.Optimizer = _AdamW(groups, lr=0.01, betas=(0.9, 0.95))
+        else:
+            opt = OneCallAdamW(groups, lr=0.01, betas=(0.9, 0.95), bf16_stochastic_round=False)
+            real = opt.step_group
+            opt.step_group = lambda *a, _r=real: (calls.append(1), _r(*a))[1]  # type: ignore[attr-defined]
+        for step_grads in grads:
+            for p, grad in zip(params, step_grads):
+                p.grad = grad.clone()
+            opt.step()
+        weights[kind] = [p.detach().clone() for p in params]
+        assert [float(opt.state[params[0]]["step"])] == [3.0]
+    assert len(calls) == 3 * 2  # three steps, two groups
+    for a, b in zip(weights["torchao"], weights["one call"]):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(weights["one call"][0], _one_layer().wte.weight)  # the steps moved the weights
