@@ -1,8 +1,8 @@
 """torchao's AdamW with stochastic rounding into bf16 weights, every parameter stepped by one compiled call.
 
-torchao's `_AdamW.step` compiles `single_param_adam` and calls it once per parameter, from Python: with GPT-2
-124M's 148 parameters on the H200 that left the wall clock 8.8% behind the step times and the step 1.034x the
-recipe's, where bf16 weights stepped by torch's fused AdamW ran 1.136x (README, `results/h200-weights/`). Here the
+torchao's `_AdamW.step` compiles `single_param_adam` and calls it once per parameter, from Python: on the H200
+that made GPT-2 124M's step wait on the host, and bf16 weights stepped that way lost most of what bf16 weights
+stepped by torch's fused AdamW gained (the README's section on `results/h200-weights/` has the figures). Here the
 same torchao function runs over all of a group's parameters inside one compiled function, so the host makes one
 call per group and the kernels follow each other without it. The arithmetic and the state are torchao's (the
 moments from its `_new_buffer`, a step count per parameter); only the loop over the parameters moved into the

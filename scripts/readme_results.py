@@ -346,6 +346,13 @@ def step_losses(run: str, name: str) -> list[float]:
     return [float(row.split(",")[1]) for row in rows]
 
 
+def parity_corpus_md5(run: str) -> str:
+    """The md5 of the parity corpus a run's dvc.lock recorded (PARITY_CORPUS_BYTES runs build it on the machine)."""
+    found = re.search(r"path: data/corpus/parity.txt\n\s+hash: md5\n\s+md5: (\w+)", read(f"{run}/dvc.lock"))
+    assert found, f"{run}/dvc.lock names no parity corpus"
+    return found.group(1)
+
+
 def parity_rows(run: str, names: list[str], ref_run: str | None = None) -> tuple[list[str], dict[str, float]]:
     """Each variant's losses against tf32, its own run's or `ref_run`'s (same corpus and seed): rows of the parity
     table, and the last-50 gaps."""
@@ -579,9 +586,7 @@ def ours_section() -> str:
     r_lean, g_lean = parity_rows(LEAN_PARITY, ["lean"])
     r_lean2, g_lean2 = parity_rows(LEAN_PARITY_2, ["lean"])
     lean_pv, lean_pv2 = variants(LEAN_PARITY)["lean"], variants(LEAN_PARITY_2)["lean"]
-    corpus_md5 = {run: re.search(r"path: data/corpus/parity.txt\n\s+hash: md5\n\s+md5: (\w+)", read(f"{run}/dvc.lock"))
-                  for run in (LEAN_PARITY, LEAN_PARITY_2)}
-    assert all(corpus_md5.values()), "a parity run's dvc.lock names no parity corpus"
+    corpus_md5 = {run: parity_corpus_md5(run) for run in (LEAN_PARITY, LEAN_PARITY_2)}
     fast_x, lean_x = fast["tokens_per_sec"] / recipe["tokens_per_sec"], lean["tokens_per_sec"] / recipe["tokens_per_sec"]
     lean_pct = 100 * lean["peak_mem_allocated_mb"] / fp32
     lean_lo = lean["tokens_per_sec_pi95_low"] / recipe["tokens_per_sec"]
@@ -713,7 +718,7 @@ def ours_section() -> str:
         f"steps 3 and 4; `{LEAN_PARITY_2}/` ({g_lean2['lean']:+.3f}, at {lean_pv2['peak_mem_allocated_mb']:,.0f} MiB) "
         f"is commit `{lean_pv2['provenance.git_commit'][:7]}`, after them, with its own tf32 run. Its corpus was built "
         "the same way from another machine's Python sources, so it is other text (md5 "
-        f"`{corpus_md5[LEAN_PARITY_2].group(1)[:8]}` against `{corpus_md5[LEAN_PARITY].group(1)[:8]}`): compare each run "
+        f"`{corpus_md5[LEAN_PARITY_2][:8]}` against `{corpus_md5[LEAN_PARITY][:8]}`): compare each run "
         "with its own tf32, not the two runs' losses.",
     ])
 
@@ -952,8 +957,7 @@ def clip_section() -> str:
     head_all = [first["fastest"], first["loss_onepass"], second["fastest"], second["loss_onepass"], *gaps["onepass_cg"]]
     f8 = [(name, parity_rows(prun, [name], ref)[1][name]) for prun, name, ref in FLOAT8_HEAD_PARITY]
     outside = sum(abs(g) > PARITY_TOLERANCE for g in gaps["onepass_cg"])
-    md5s = {re.search(r"path: data/corpus/parity.txt\n\s+hash: md5\n\s+md5: (\w+)", read(f"{r}/dvc.lock")).group(1)  # type: ignore[union-attr]
-            for r in (CLIP_PARITY, *ONEPASS_PARITY)}
+    md5s = {parity_corpus_md5(r) for r in (CLIP_PARITY, *ONEPASS_PARITY)}
     assert len(md5s) == 1, f"the parity runs' corpora differ: {md5s}"
     md5 = md5s.pop()
     tf32_same = step_losses(CLIP_PARITY, "tf32") == step_losses(ONEPASS_PARITY[1], "tf32")
@@ -1073,11 +1077,12 @@ def weights_section() -> str:
     env = load(f"{auto}/metrics/env.json")
     fp32 = variants(CLIP_RUN)["fp32_baseline"]["peak_mem_allocated_mb"]
     cold, warm = (load(f"{WEIGHTS}/autotune/probe/ma_probe{i}.json")["step_s"][0] for i in (1, 2))
-    commits = {run: variants(run)["recipe" if "recipe" in variants(run) else "tf32"]["provenance.git_commit"][:7]
-               for run in (auto, bf16, f"{WEIGHTS}/bf16/parity", sr_run)}
-    assert all(r["provenance.tree_clean"] for run in (a, b, bp, sr) for r in run.values()), "a record's tree was not clean"
-    corpora = {re.search(r"path: data/corpus/parity.txt\n\s+hash: md5\n\s+md5: (\w+)", read(f"{r}/dvc.lock")).group(1)  # type: ignore[union-attr]
-               for r in (f"{WEIGHTS}/bf16/parity", sr_run)}
+    records = {auto: a, bf16: b, f"{WEIGHTS}/bf16/parity": bp, sr_run: sr}
+    commits: dict[str, str] = {}
+    for run, rows in records.items():
+        (commits[run],) = {r["provenance.git_commit"][:7] for r in rows.values()}  # one commit per run
+    assert all(r["provenance.tree_clean"] for rows in records.values() for r in rows.values()), "a record's tree was not clean"
+    corpora = {parity_corpus_md5(r) for r in (f"{WEIGHTS}/bf16/parity", sr_run)}
     assert len(corpora) == 1, f"the two parity runs' corpora differ: {corpora}"
     assert step_losses(f"{WEIGHTS}/bf16/parity", "tf32") == step_losses(sr_run, "tf32"), "tf32 differs between runs"
     ptable = ["| variant | parity run | last-50-step train loss | vs tf32 | vs tf32 by 50-step window, first to last | "
@@ -1097,8 +1102,8 @@ def weights_section() -> str:
     return "\n".join([
         f"**Three more candidates for `fastest`** (`{WEIGHTS}/`, 2026-12-02, each call on a `nvidia-h200`: {env['gpu']}, "
         f"torch {env['torch']}; `gpt2_124m`, batch {a['recipe']['batch_size']} x {a['recipe']['block_size']}; studies of "
-        f"{a['recipe']['steps']} steps, {a['recipe']['warmup_steps']} of them warm-up, 3 fresh-process repeats unless a "
-        "row says fewer; every record names its commit and a clean tree). None of them is `fastest`: the one fast "
+        f"{a['recipe']['steps']} steps, {a['recipe']['warmup_steps']} of them warm-up, 3 fresh-process repeats unless the "
+        "text says fewer; every record names its commit and a clean tree). None of them is `fastest`: the one fast "
         "enough fails parity, and the one with parity is not fast enough.",
         "",
         f"`compile_mode: max-autotune` (`autotune/study/`, commit `{commits[auto]}`). The machine's compile caches were "
