@@ -169,6 +169,7 @@ def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_varia
     ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
     ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
     ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce, onepass"),
+    ({"weight_dtype": "fp16"}, "weight_dtype='fp16' is not valid; expected one of: fp32, bf16, bf16_sr"),
     ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
     ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
     ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
