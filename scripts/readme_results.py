@@ -545,7 +545,7 @@ def gap_ms(run: str, variant: str) -> float:
 # The "what" column of the deciding runs' tables.
 OUR_LABELS = {"fp32_baseline": "fp32, manual attention, eager", "recipe": "the public recipe",
               "fastest": "**`fastest`** (until 2026-12-02): the recipe, only the loss leaves the compiled region",
-              "lean": "**`lean`**: full checkpointing, chunked loss head after the compiled body"}
+              "lean": "**`lean`** (until bf16 weights): full checkpointing, chunked loss head after the compiled body"}
 
 
 def fp32_share(r: dict, fp32: float) -> str:
@@ -831,7 +831,7 @@ def onepass_section() -> str:
         f"**missed** (it asks a median step of {target_ms:.2f} ms against the recipe's {recipe['step_ms_median']:.2f}; "
         f"`onepass_cg` took {run['onepass_cg']['step_ms_median']:.2f}), and its loss parity was not established "
         "(below), so it was not `fastest` then.",
-        f"- **`lean`** at today's code: {lean['peak_mem_allocated_mb']:,.0f} MiB, {lean_pct:.2f}% of the fp32 baseline's "
+        f"- **`lean`** at that run's code: {lean['peak_mem_allocated_mb']:,.0f} MiB, {lean_pct:.2f}% of the fp32 baseline's "
         f"{fp32:,.0f} MiB (bar 10%: {'met' if lean_pct <= 10 else '**missed**'}), at {lean_x:.1%} of the recipe's "
         f"tokens/s (bar 85%: {'met' if lean_x >= 0.85 else '**missed**'}). Its own {lean['tokens_per_sec']:,.0f} "
         f"tokens/s is level with its fastest earlier run with this head ({lean_best['tokens_per_sec']:,.0f}, "
@@ -904,15 +904,15 @@ def repeat_gaps(run: str, name: str) -> list[float]:
 
 
 def clip_section() -> str:
-    """fastest and lean as they are now, against their bars in one run; what fused_clip buys; parity over repeats."""
+    """fastest and lean before bf16 weights, against their bars in one run; what fused_clip buys; parity over repeats."""
     run, env = variants(CLIP_RUN), load(f"{CLIP_RUN}/metrics/env.json")
     recipe, base, fast, lean, apart = (run[n] for n in ("recipe", "fp32_baseline", "onepass_cg", "lean", "lean_apart"))
     assert is_onepass_cg(fast) and fast["fused_clip"] and lean["fused_clip"] and not apart["fused_clip"]
     assert (apart["loss"], apart["activation_checkpointing"]) == (lean["loss"], lean["activation_checkpointing"])
     fp32 = base["peak_mem_allocated_mb"]
-    labels = {**OUR_LABELS, "onepass_cg": "**`fastest`** (named `onepass_cg` in this run): the one-pass head under "
+    labels = {**OUR_LABELS, "onepass_cg": "**`fastest`** (until bf16 weights; named `onepass_cg` in this run): the one-pass head under "
               "CUDA graphs, clipping inside fused AdamW (`fused_clip`)",
-              "lean": "**`lean`**: full checkpointing, the chunked head, `fused_clip`",
+              "lean": "**`lean`** (until bf16 weights): full checkpointing, the chunked head, `fused_clip`",
               "lean_apart": "`lean` with clipping as its own pass (`lean` until this run)"}
 
     def x(r: dict) -> float:
@@ -962,7 +962,7 @@ def clip_section() -> str:
     md5 = md5s.pop()
     tf32_same = step_losses(CLIP_PARITY, "tf32") == step_losses(ONEPASS_PARITY[1], "tf32")
     return "\n".join([
-        f"**`fastest` and `lean` as they are now** (`{CLIP_RUN}/`, commit `{CLIP_SOURCE[0]}`: the records name "
+        f"**`fastest` and `lean` before bf16 weights** (`{CLIP_RUN}/`, commit `{CLIP_SOURCE[0]}`: the records name "
         f"`{recipe['provenance.git_commit'][:7]}`, the stale git HEAD of the device's copy of the tree, and their source "
         f"hash `{ran}` is {CLIP_SOURCE[0]}'s; one DVC run on one `nvidia-h200`: {env['gpu']}, torch {env['torch']}, {recipe['provenance.date_utc'][:10]}; "
         f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']}, {recipe['repeats']} fresh-process "
@@ -1055,9 +1055,9 @@ def clip_section() -> str:
 
 WEIGHTS = "results/h200-weights"
 WEIGHT_LABELS = {"recipe": "the public recipe",
-                 "fastest": "**`fastest`**: the one-pass head under CUDA graphs, `fused_clip`",
+                 "fastest": "**`fastest`** (until bf16 weights): the one-pass head under CUDA graphs, `fused_clip`",
                  "fastest_ma": "`fastest` under `compile_mode: max-autotune` (CUDA graphs and tuned kernels)",
-                 "lean": "**`lean`**: full checkpointing, the chunked head, `fused_clip`",
+                 "lean": "**`lean`** (until bf16 weights): full checkpointing, the chunked head, `fused_clip`",
                  "fastest_bf16w": "`fastest` with `weight_dtype: bf16` (weights, gradients and moments in bf16)",
                  "fastest_sr": "`fastest` with `weight_dtype: bf16_sr` (torchao's AdamW, stochastic rounding; "
                                "no `fused_adamw`, so no `fused_clip`)"}
@@ -1103,8 +1103,8 @@ def weights_section() -> str:
         f"**Three more candidates for `fastest`** (`{WEIGHTS}/`, 2026-12-02, each call on a `nvidia-h200`: {env['gpu']}, "
         f"torch {env['torch']}; `gpt2_124m`, batch {a['recipe']['batch_size']} x {a['recipe']['block_size']}; studies of "
         f"{a['recipe']['steps']} steps, {a['recipe']['warmup_steps']} of them warm-up, 3 fresh-process repeats unless the "
-        "text says fewer; every record names its commit and a clean tree). None of them is `fastest`: the one fast "
-        "enough fails parity, and the one with parity is not fast enough.",
+        "text says fewer; every record names its commit and a clean tree). None of them became `fastest` as measured "
+        "here: the one fast enough fails parity, and the one with parity was not fast enough.",
         "",
         f"`compile_mode: max-autotune` (`autotune/study/`, commit `{commits[auto]}`). The machine's compile caches were "
         f"filled first (`autotune/probe/`: the first step took {cold:.0f} s to compile and tune in a fresh process, "
@@ -1152,12 +1152,150 @@ def weights_section() -> str:
         f"median of {fast_sr['step_ms_median']:.1f} and a p10 of {fast_sr['step_ms_p10']:.1f}. So the gain of bf16 "
         "weights is there, but the stochastically rounded step must not be one host call per parameter to keep it. "
         "Since this run, `weight_dtype: bf16_sr` runs torchao's step over all of a group's parameters in one "
-        "compiled call (`benchlab/sr_adamw.py`, the same arithmetic: `tests/test_optimize.py`); that version has "
-        "not run on a GPU yet.",
+        "compiled call (`benchlab/sr_adamw.py`, the same arithmetic: `tests/test_optimize.py`); that version is "
+        "`fastest` now (above).",
         f"- Peak memory: {fast_w['peak_mem_allocated_mb']:,.0f} MiB allocated for bf16 weights, against "
         f"{b['fastest']['peak_mem_allocated_mb']:,.0f} for `fastest` (both under CUDA graphs, whose pools the "
         "allocated peak does not see; reserved in the table).",
     ])
+
+ONECALL = f"{WEIGHTS}/onecall"
+SR_LABELS = {"recipe": "the public recipe",
+             "fastest_sr": "**`fastest`**: bf16 weights stochastically rounded (`weight_dtype: bf16_sr`), the one-pass "
+                           "head, CUDA graphs",
+             "lean_sr": "**`lean`**: the same bf16 weights, full checkpointing, the chunked head",
+             "lean": "`lean` until this run: fp32 weights, fused AdamW with `fused_clip`",
+             "lean_inline_sr": "`lean` with the `inline` head (the full logits, in the compiled body)"}
+
+
+def sr_section() -> str:
+    """fastest and lean on bf16 weights with stochastic rounding, stepped by one compiled call: against their bars
+    in two studies, their profiles beside the recipe's, and their parity over two runs each."""
+    study_run, second_run, parity_run = (f"{ONECALL}/{r}" for r in ("study", "profiles", "parity"))
+    study, second, pv = variants(study_run), variants(second_run), variants(parity_run)
+    env = load(f"{study_run}/metrics/env.json")
+    fp32 = variants(CLIP_RUN)["fp32_baseline"]["peak_mem_allocated_mb"]
+    runs = {study_run: study, second_run: second, parity_run: pv}
+    commits: dict[str, str] = {}
+    for run, rows in runs.items():
+        (commits[run],) = {r["provenance.git_commit"][:7] for r in rows.values()}  # one commit per run
+    assert all(r["provenance.tree_clean"] for rows in runs.values() for r in rows.values()), "a record's tree was not clean"
+    for rows in runs.values():
+        for name, r in rows.items():
+            assert r["weight_dtype"] == ("bf16_sr" if name.endswith("_sr") else "fp32"), f"{name}'s weights changed"
+    fast, lean, recipe = study["fastest_sr"], study["lean_sr"], study["recipe"]
+    fast_x, lean_x, lean_x2 = x_of(study_run, "fastest_sr"), x_of(study_run, "lean_sr"), x_of(second_run, "lean_sr")
+    lean_pct = 100 * lean["peak_mem_allocated_mb"] / fp32
+    inline_pct = 100 * second["lean_inline_sr"]["peak_mem_allocated_mb"] / fp32
+    speeds = ", ".join(f"{t:,.0f}" for t in lean["repeat_tokens_per_sec"])
+
+    profiled = {"recipe": ("recipe", second_run), "**`fastest`**": ("fastest_sr", second_run),
+                "**`lean`**": ("lean_sr", second_run), "`fastest` until this run": ("onepass_cg", CLIP_PROFILES)}
+    fam = {k: profile_families(v, f"{run}") for k, (v, run) in profiled.items()}
+    ftable = families_table(fam, [gap_ms(run, v) for v, run in profiled.values()])
+    r_fam, f_fam, l_fam, old_fam = fam.values()
+    sr_step = sum(ms for ms, _ in kernel_rows(second_run, "fastest_sr", "randint"))
+    kernels = {v: sum(profile_families(v, second_run).values()) for v in ("recipe", "fastest_sr")}
+
+    ptable = ["| variant | runs | last-50-step train loss of each run | each run vs tf32 | mean vs tf32 | "
+              "val loss, mean of the runs | within tolerance (mean) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    gaps = {}
+    for name in ("tf32", "recipe", "fastest_sr", "lean_sr"):
+        gaps[name] = repeat_gaps(parity_run, name)
+        tails = pv[name]["repeat_tail_train_loss"]
+        ok = "yes" if abs(mean(gaps[name])) <= PARITY_TOLERANCE else "**no**"
+        shown = {"fastest_sr": "**`fastest`**", "lean_sr": "**`lean`**"}.get(name, name)
+        ptable.append(f"| {shown} | {len(tails)} | {', '.join(f'{t:.4f}' for t in tails)} | "
+                      f"{', '.join(f'{g:+.3f}' for g in gaps[name])} | {mean(gaps[name]):+.3f} | "
+                      f"{mean(pv[name]['repeat_val_loss']):.4f} | {ok if name != 'tf32' else '–'} |")
+    md5 = parity_corpus_md5(parity_run)
+    assert md5 == parity_corpus_md5(f"{WEIGHTS}/sr/parity"), "the parity corpus changed"
+    tf32_same = step_losses(parity_run, "tf32") == step_losses(f"{WEIGHTS}/sr/parity", "tf32")
+    margin = PARITY_TOLERANCE - abs(mean(gaps["fastest_sr"]))
+    return "\n".join([
+        f"**`fastest` and `lean` as they are now: bf16 weights, stochastically rounded** (`{ONECALL}/`, "
+        f"{recipe['provenance.date_utc'][:10]}, each call on a `nvidia-h200`: {env['gpu']}, torch {env['torch']}; "
+        f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']}; studies of {recipe['steps']} steps, "
+        f"{recipe['warmup_steps']} of them warm-up, {recipe['repeats']} fresh-process repeats; every record names "
+        "its commit and a clean tree). In these runs they are named `fastest_sr` and `lean_sr`; `params.yaml` has "
+        "named them `fastest` and `lean` since. `weight_dtype: bf16_sr` keeps the parameters, their gradients and "
+        "AdamW's moments in bf16 and steps them with torchao's AdamW, which rounds each update stochastically; "
+        "`benchlab/sr_adamw.py` runs that step over all of a group's parameters in one compiled call. The share "
+        f"of fp32's peak is against the fp32 baseline of `{CLIP_RUN}/` ({fp32:,.0f} MiB).",
+        "",
+        f"The deciding study (`onecall/study/`, commit `{commits[study_run]}`):",
+        "",
+        *STUDY_HEAD, *study_rows(study, ["recipe", "fastest_sr", "lean_sr", "lean"], SR_LABELS,
+                                 lambda r: fp32_share(r, fp32)),
+        "",
+        f"- **`fastest`**: {fast_x:.3f}x the recipe, {intervals(fast, recipe)}. Bar 1.10x: "
+        f"{'met' if fast_x >= 1.10 and overlap(fast, recipe) == '**no**' else '**missed**'}. Goal 1.20x: "
+        f"{'met' if fast_x >= 1.20 else 'not reached'}. Its median step took {fast['step_ms_median']:.2f} ms against "
+        f"the recipe's {recipe['step_ms_median']:.2f}. The step with one host call per parameter ran at "
+        f"{x_of(f'{WEIGHTS}/sr/parity', 'fastest_sr'):.3f}x its recipe (`sr/parity/`, below).",
+        f"- **`lean`**: {lean['peak_mem_allocated_mb']:,.0f} MiB, {lean_pct:.2f}% of the fp32 baseline's peak (bar 10%: "
+        f"{'met' if lean_pct <= 10 else '**missed**'}), at {lean_x:.1%} of the recipe's tokens/s (bar 85%: "
+        f"{'met' if lean_x >= 0.85 else '**missed**'}). Its three repeats ran at {speeds} tokens/s, so its next-run "
+        f"interval is wide. `lean` with fp32 weights, in the same run: {x_of(study_run, 'lean'):.1%} at "
+        f"{study['lean']['peak_mem_allocated_mb']:,.0f} MiB.",
+        "",
+        f"A second study, on a fresh machine after the profiles below (`onecall/profiles/`, commit "
+        f"`{commits[second_run]}`):",
+        "",
+        *STUDY_HEAD, *study_rows(second, ["recipe", "lean_sr", "lean_inline_sr"], SR_LABELS,
+                                 lambda r: fp32_share(r, fp32)),
+        "",
+        f"- **`lean`**: {lean_x2:.1%} of the recipe's tokens/s (bar 85%: {'met' if lean_x2 >= 0.85 else '**missed**'}), "
+        f"its repeats within {max(second['lean_sr']['repeat_tokens_per_sec']) / min(second['lean_sr']['repeat_tokens_per_sec']) - 1:.1%} "
+        "of each other this time.",
+        f"- The `inline` head with the same weights ran at {x_of(second_run, 'lean_inline_sr'):.1%} but held "
+        f"{inline_pct:.1f}% of fp32's peak: the full logits outweigh what the chunked head saves, so it is not `lean`.",
+        "",
+        f"Where the time goes (torch.profiler, 2 traced steps after 6 warm-up, `onecall/profiles/`; the last column "
+        f"is `fastest` before this run, from `{CLIP_PROFILES}/`, another machine):",
+        "",
+        *ftable,
+        "",
+        f"- `fastest` against the recipe: {kernels['recipe'] - kernels['fastest_sr']:.2f} ms less kernel time a step. "
+        f"The matrix products stay ({r_fam['matmul']:.2f} → {f_fam['matmul']:.2f} ms) and so does attention "
+        f"({r_fam['attention']:.2f} → {f_fam['attention']:.2f}). The one-pass head, as before this run, takes "
+        f"cross-entropy {r_fam['cross-entropy']:.2f} → {f_fam['cross-entropy']:.2f} ms and the elementwise family "
+        f"{r_fam['elementwise']:.2f} → {f_fam['elementwise']:.2f}.",
+        f"- What bf16 weights add, against `fastest` before this run (another machine, so kernel times only): "
+        f"{sum(old_fam.values()) - sum(f_fam.values()):.2f} ms less kernel time. torch's multi-tensor kernels (the "
+        f"optimizer family) fall {old_fam['optimizer']:.2f} → {f_fam['optimizer']:.2f} ms: fused AdamW is gone, and "
+        "what is left there is gradient clipping's norm and scale, over bf16 gradients. The fused Triton kernels "
+        f"fall {old_fam['triton fused']:.2f} → {f_fam['triton fused']:.2f} ms although they now hold the "
+        f"stochastically rounded step (those of its kernels in the profile's top list take {sr_step:.2f} ms a "
+        "step): with bf16 weights, the residual stream and the LayerNorms read and write half the bytes.",
+        f"- `lean` against the recipe: matrix products +{l_fam['matmul'] - r_fam['matmul']:.2f} ms, attention "
+        f"+{l_fam['attention'] - r_fam['attention']:.2f} and fused Triton kernels "
+        f"+{l_fam['triton fused'] - r_fam['triton fused']:.2f}: the blocks' forward, recomputed in backward, and "
+        "the chunked head, whose cross-entropy runs inside those Triton kernels. Its traced gaps "
+        f"({gap_ms(second_run, 'lean_sr'):.2f} ms) are the profiler's: the chunked head's launches wait on the "
+        f"traced host. Its bench median, {second['lean_sr']['step_ms_median']:.2f} ms, leaves "
+        f"{second['lean_sr']['step_ms_median'] - sum(l_fam.values()):.2f} ms beyond the kernels.",
+        "",
+        f"Loss parity (`onecall/parity/`, commit `{commits[parity_run]}`, 300 steps, "
+        f"{len(pv['recipe']['repeat_tail_train_loss'])} fresh-process runs of each variant, on the corpus of the "
+        f"earlier parity runs, md5 `{md5[:8]}`; tf32's curve "
+        f"{'is theirs step for step' if tf32_same else 'differs from theirs'}):",
+        "",
+        *ptable,
+        "",
+        f"- Both end within the tolerance on the mean of their runs: **`fastest`** {mean(gaps['fastest_sr']):+.3f}, "
+        f"{margin:.3f} nats inside it; **`lean`** {mean(gaps['lean_sr']):+.3f}; the recipe "
+        f"{mean(gaps['recipe']):+.3f}. The recipe's two runs here differ by "
+        f"{abs(gaps['recipe'][0] - gaps['recipe'][1]):.3f}, about as much as `fastest` ends above the recipe "
+        f"({mean(gaps['fastest_sr']) - mean(gaps['recipe']):+.3f}).",
+        f"- By 50-step window, `fastest`'s first run against tf32: "
+        f"{', '.join(f'{g:+.3f}' for g in window_gaps(parity_run, 'fastest_sr'))}. Rounded to nearest, the same "
+        f"weights grew to {window_gaps(f'{WEIGHTS}/bf16/parity', 'fastest_bf16w')[-1]:+.3f} by the last window (below).",
+        f"- Over 300 steps `fastest` ran at {pv['fastest_sr']['tokens_per_sec'] / pv['recipe']['tokens_per_sec']:.3f}x "
+        "the recipe of its run, and `lean` at "
+        f"{pv['lean_sr']['tokens_per_sec'] / pv['recipe']['tokens_per_sec']:.1%} (two runs each).",
+    ])
+
 
 def intervals(a: dict, b: dict) -> str:
     """Whether two records' next-run 95% intervals of tokens/s overlap, in words."""
@@ -1208,7 +1346,7 @@ def lean_study_lines() -> list[str]:
         "graph the chunks did not lower the peak. Its own study (`results/h200-knobs/lean-chunked/`) was cut "
         "before its record was written. `loss: chunked` then moved that head after the compiled body, where liger's "
         "head had lowered the peak, and wrote each chunk's logits' gradient once in bf16; full checkpointing with it "
-        "is today's `lean` (top of this section; its first run, with an fp32 buffer per chunk, is "
+        "was `lean` until bf16 weights (above; its first run, with an fp32 buffer per chunk, is "
         "`results/h200-knobs/lean-chunked-2/`).",
     ]
 
@@ -1628,7 +1766,7 @@ SECTIONS = {"knobs": knobs_section, "h200-knobs": h200_knobs_section, "h200": h2
             "h200-repeats": repeats_section, "cpu": cpu_section, "h200-runs": runs_section,
             "h200-small": small_section, "h200x2": x2_section, "h200-fastest": fastest_section,
             "h200-ours": ours_section, "h200-sweep-124m": sweep_124m_section, "h200-onepass": onepass_section,
-            "h200-clip": clip_section, "h200-weights": weights_section}
+            "h200-clip": clip_section, "h200-weights": weights_section, "h200-sr": sr_section}
 
 
 def render(readme: str) -> str:
