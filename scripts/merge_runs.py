@@ -1,0 +1,143 @@
+"""Merge the packed results of several `scripts/gpu_matrix.sh` calls into one results folder.
+
+    python scripts/merge_runs.py OUT_DIR PART_DIR [PART_DIR ...]
+
+A matrix too long for one device call runs as several calls on one machine, each on a subset of the variants
+(`VARIANTS=...`, perhaps with different `-S bench.repeats`). Each call's OUT_DIR is a PART_DIR here: it holds
+`results.tar.gz` and `dvc_log.txt`. OUT_DIR gets
+  - every part's `metrics/variants/`, `plots/steps/` and `plots/profiles/` files, and `metrics/env.json`;
+  - a `params.yaml` whose variants (and profiled variants) are those the parts recorded, in the parts' order,
+    the rest being the parts' shared settings;
+  - `parts/<n>/` with each part's own `params.yaml`, `dvc.lock` and `dvc_log.txt`;
+  - the summary that `stages.aggregate` makes of all the variants (`metrics/summary.*`, `plots/summary*`).
+It refuses parts measured in different environments or from different or uncommitted source (as the aggregate
+stage does), parts with different settings other than the variants, the profiled variants and the repeats, a
+variant recorded by two parts, and an OUT_DIR that already has files. A refused merge leaves no OUT_DIR.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchlab.errors import LabError, run_main  # noqa: E402
+from benchlab.report import check_one_env, check_one_source  # noqa: E402
+
+# The settings parts may differ in: what each call ran, and how often.
+PER_PART = (("variants",), ("profile", "variants"), ("bench", "repeats"))
+
+
+def shared_settings(params: dict[str, Any]) -> dict[str, Any]:
+    """A part's params without the settings parts may differ in."""
+    out = json.loads(json.dumps(params))
+    for *parents, last in PER_PART:
+        node = out
+        for key in parents:
+            node = node.get(key, {})
+        node.pop(last, None)
+    return out
+
+
+def unpack(part: Path, into: Path) -> None:
+    packed = part / "results.tar.gz"
+    if not packed.is_file():
+        raise LabError(f"{packed} is missing: a PART_DIR is the OUT_DIR of one scripts/gpu_matrix.sh call")
+    try:
+        with tarfile.open(packed) as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as err:
+        raise LabError(f"{packed} cannot be unpacked ({err}); copy it again from the device's files") from None
+    if not (into / "params.yaml").is_file():
+        raise LabError(f"{packed} holds no params.yaml; it is not a scripts/gpu_matrix.sh pack")
+
+
+def merge(parts: list[Path], work: Path) -> None:
+    """Write the merged folder of `parts` at `work`."""
+    records: dict[str, tuple[int, dict[str, Any]]] = {}
+    first_params: dict[str, Any] | None = None
+    variants: dict[str, Any] = {}
+    profiled: list[str] = []
+    env_text: str | None = None
+    for n, part in enumerate(parts, 1):
+        unpacked = work / "parts" / str(n) / "unpacked"
+        unpack(part, unpacked)
+        params = yaml.safe_load((unpacked / "params.yaml").read_text())
+        if first_params is None:
+            first_params = params
+        elif shared_settings(params) != shared_settings(first_params):
+            raise LabError(f"{part} ran other settings than {parts[0]} (beyond the variants, the profiled variants "
+                           "and bench.repeats); merge only calls of one matrix")
+        found = {path.stem: path for path in (unpacked / "metrics" / "variants").glob("*.json")}
+        if unknown := sorted(set(found) - set(params["variants"])):
+            raise LabError(f"{part} has records of {', '.join(unknown)}, which its params.yaml does not name")
+        for name in (v for v in params["variants"] if v in found):  # a variant a time limit cut has no record
+            if name in records:
+                raise LabError(f"variant {name} is in {parts[records[name][0] - 1]} and in {part}; "
+                               "each variant must come from one part")
+            records[name] = (n, json.loads(found[name].read_text()))
+            variants[name] = params["variants"][name]
+        profiled += [v for v in params.get("profile", {}).get("variants", [])
+                     if (unpacked / "plots" / "profiles" / f"{v}_kernels.md").is_file()]
+        env_path = unpacked / "metrics" / "env.json"
+        if env_path.is_file():
+            if env_text is not None and env_path.read_text() != env_text:
+                raise LabError(f"{part}'s metrics/env.json differs from the first part's: the calls ran on different "
+                               "machines or software")
+            env_text = env_path.read_text()
+        for sub in ("metrics/variants", "plots/steps", "plots/profiles"):
+            if (unpacked / sub).is_dir():
+                shutil.copytree(unpacked / sub, work / sub, dirs_exist_ok=True)
+        for name in ("params.yaml", "dvc.lock"):
+            if (unpacked / name).is_file():
+                shutil.copy2(unpacked / name, work / "parts" / str(n) / name)
+        if (part / "dvc_log.txt").is_file():
+            shutil.copy2(part / "dvc_log.txt", work / "parts" / str(n) / "dvc_log.txt")
+        shutil.rmtree(unpacked)
+    assert first_params is not None  # argparse asks for at least one part
+    if not records:
+        raise LabError("the parts recorded no variant (metrics/variants/ is empty in every pack)")
+    results = [r for _, r in records.values()]
+    check_one_env(results, allow_mixed=False)
+    check_one_source(results, allow_mixed=False)
+    if env_text is not None:
+        (work / "metrics" / "env.json").write_text(env_text)
+    merged = {**first_params, "variants": variants, "profile": {**first_params.get("profile", {}), "variants": profiled}}
+    (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+    aggregate = [sys.executable, "-m", "stages.aggregate", "metrics/variants", "plots/steps", "metrics/summary.json",
+                 "metrics/summary.md", "plots/summary.csv", "plots/summary"]
+    done = subprocess.run(aggregate, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1].removeprefix("error: ")
+        raise LabError(f"the aggregate stage refused the merged variants: {last}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("parts", type=Path, nargs="+")
+    args = ap.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        raise LabError(f"{args.out} already has files; merge into a new folder")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.out.parent, prefix=f".{args.out.name}.") as tmp:
+        work = Path(tmp) / "merged"
+        work.mkdir()
+        merge(args.parts, work)
+        if args.out.exists():
+            args.out.rmdir()
+        work.rename(args.out)
+    print(f"merged {len(args.parts)} parts into {args.out}: {', '.join(sorted(p.stem for p in (args.out / 'metrics' / 'variants').glob('*.json')))}")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,99 @@
+"""scripts/merge_runs.py: the packs of several device calls become one results folder, or a clear refusal."""
+
+import importlib.util
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlab.errors import LabError
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "results/h200-weights/onecall/study"  # a committed study of four variants, one call
+spec = importlib.util.spec_from_file_location("merge_runs", ROOT / "scripts/merge_runs.py")
+merge_runs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(merge_runs)
+
+
+def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = None,
+         gpu: str | None = None) -> Path:
+    """A gpu_matrix.sh OUT_DIR holding `names` of the committed run, as if one call had run only those."""
+    src = part / "src"
+    (src / "metrics/variants").mkdir(parents=True)
+    (src / "plots/steps").mkdir(parents=True)
+    params = yaml.safe_load((RUN / "params.yaml").read_text())
+    params["variants"] = {n: params["variants"][n] for n in names}
+    params["bench"]["repeats"] = repeats
+    if steps is not None:
+        params["bench"]["steps"] = steps
+    (src / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shutil.copy(RUN / "dvc.lock", src / "dvc.lock")
+    shutil.copy(RUN / "metrics/env.json", src / "metrics/env.json")
+    for n in names:
+        shutil.copy(RUN / f"metrics/variants/{n}.json", src / f"metrics/variants/{n}.json")
+        if gpu is not None:
+            record = json.loads((RUN / f"metrics/variants/{n}.json").read_text())
+            (src / f"metrics/variants/{n}.json").write_text(json.dumps({**record, "env.gpu": gpu}))
+        shutil.copy(RUN / f"plots/steps/{n}.csv", src / f"plots/steps/{n}.csv")
+    with tarfile.open(part / "results.tar.gz", "w:gz") as tar:
+        for name in ("params.yaml", "dvc.lock", "metrics", "plots"):
+            tar.add(src / name, arcname=name)
+    (part / "dvc_log.txt").write_text(f"the log of {part.name}\n")
+    shutil.rmtree(src)
+    return part
+
+
+def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> None:
+    a = pack(tmp_path / "a", ["recipe", "fastest_sr"])
+    b = pack(tmp_path / "b", ["lean_sr", "lean"], repeats=1)
+    out = tmp_path / "merged"
+    merge_runs.main([str(out), str(a), str(b)])
+    params = yaml.safe_load((out / "params.yaml").read_text())
+    assert list(params["variants"]) == ["recipe", "fastest_sr", "lean_sr", "lean"]
+    assert params["bench"]["repeats"] == 3  # the first part's; each record keeps its own
+    assert sorted(p.stem for p in (out / "metrics/variants").glob("*.json")) == ["fastest_sr", "lean", "lean_sr", "recipe"]
+    assert sorted(p.stem for p in (out / "plots/steps").glob("*.csv")) == ["fastest_sr", "lean", "lean_sr", "recipe"]
+    for n in ("recipe", "lean"):
+        assert (out / f"metrics/variants/{n}.json").read_bytes() == (RUN / f"metrics/variants/{n}.json").read_bytes()
+    summary = json.loads((out / "metrics/summary.json").read_text())
+    recorded = json.loads((RUN / "metrics/variants/fastest_sr.json").read_text())["tokens_per_sec"]
+    assert summary["fastest_sr.tokens_per_sec"] == pytest.approx(recorded)
+    assert all(f"| {n} " in (out / "metrics/summary.md").read_text() for n in ("recipe", "fastest_sr", "lean_sr", "lean"))
+    assert yaml.safe_load((out / "parts/2/params.yaml").read_text())["bench"]["repeats"] == 1
+    assert (out / "parts/2/dvc_log.txt").read_text() == "the log of b\n"
+    assert (out / "parts/1/dvc.lock").is_file()
+    assert (out / "metrics/env.json").read_bytes() == (RUN / "metrics/env.json").read_bytes()
+
+
+@pytest.mark.parametrize("second, message", [
+    (dict(names=["recipe", "lean"]), "variant recipe is in"),
+    (dict(names=["lean"], steps=300), "ran other settings than"),
+    (dict(names=["lean"], gpu="NVIDIA H100"), "measured in another environment"),
+])
+def test_parts_that_are_not_one_run_are_refused(tmp_path: Path, second: dict, message: str) -> None:
+    a = pack(tmp_path / "a", ["recipe", "fastest_sr"])
+    b = pack(tmp_path / "b", **second)
+    out = tmp_path / "merged"
+    with pytest.raises(LabError, match=message):
+        merge_runs.main([str(out), str(a), str(b)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no OUT_DIR, no scratch left
+
+
+def test_a_folder_without_a_pack_and_a_used_out_dir_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LabError, match=r"results\.tar\.gz is missing"):
+        merge_runs.main([str(tmp_path / "merged"), str(tmp_path / "empty")])
+    a = pack(tmp_path / "a", ["recipe"])
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used/file").write_text("x")
+    with pytest.raises(LabError, match="already has files"):
+        merge_runs.main([str(tmp_path / "used"), str(a)])
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "results.tar.gz").write_bytes(b"not a tar")
+    with pytest.raises(LabError, match="cannot be unpacked"):
+        merge_runs.main([str(tmp_path / "merged"), str(broken)])
+    assert not (tmp_path / "merged").exists()
