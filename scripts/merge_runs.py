@@ -10,8 +10,8 @@ A matrix too long for one device call runs as several calls on one machine, each
     the rest being the parts' shared settings;
   - `parts/<n>/` with each part's own `params.yaml`, `dvc.lock` and `dvc_log.txt`;
   - the summary that `stages.aggregate` makes of all the variants (`metrics/summary.*`, `plots/summary*`).
-It refuses parts measured in different environments or from different or uncommitted source (as the aggregate
-stage does), parts with different settings other than the variants, the profiled variants and the repeats, a
+It refuses parts measured in different environments or from different or uncommitted source (the aggregate
+stage's checks), parts with different settings other than the variants, the profiled variants and the repeats, a
 variant recorded by two parts, and an OUT_DIR that already has files. A refused merge leaves no OUT_DIR.
 """
 
@@ -31,7 +31,6 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.errors import LabError, run_main  # noqa: E402
-from benchlab.report import check_one_env, check_one_source  # noqa: E402
 
 # The settings parts may differ in: what each call ran, and how often.
 PER_PART = (("variants",), ("profile", "variants"), ("bench", "repeats"))
@@ -63,7 +62,7 @@ def unpack(part: Path, into: Path) -> None:
 
 def merge(parts: list[Path], work: Path) -> None:
     """Write the merged folder of `parts` at `work`."""
-    records: dict[str, tuple[int, dict[str, Any]]] = {}
+    records: dict[str, int] = {}  # the part of each variant
     first_params: dict[str, Any] | None = None
     variants: dict[str, Any] = {}
     profiled: list[str] = []
@@ -82,9 +81,9 @@ def merge(parts: list[Path], work: Path) -> None:
             raise LabError(f"{part} has records of {', '.join(unknown)}, which its params.yaml does not name")
         for name in (v for v in params["variants"] if v in found):  # a variant a time limit cut has no record
             if name in records:
-                raise LabError(f"variant {name} is in {parts[records[name][0] - 1]} and in {part}; "
+                raise LabError(f"variant {name} is in {parts[records[name] - 1]} and in {part}; "
                                "each variant must come from one part")
-            records[name] = (n, json.loads(found[name].read_text()))
+            records[name] = n
             variants[name] = params["variants"][name]
         profiled += [v for v in params.get("profile", {}).get("variants", [])
                      if (unpacked / "plots" / "profiles" / f"{v}_kernels.md").is_file()]
@@ -106,13 +105,11 @@ def merge(parts: list[Path], work: Path) -> None:
     assert first_params is not None  # argparse asks for at least one part
     if not records:
         raise LabError("the parts recorded no variant (metrics/variants/ is empty in every pack)")
-    results = [r for _, r in records.values()]
-    check_one_env(results, allow_mixed=False)
-    check_one_source(results, allow_mixed=False)
     if env_text is not None:
         (work / "metrics" / "env.json").write_text(env_text)
     merged = {**first_params, "variants": variants, "profile": {**first_params.get("profile", {}), "variants": profiled}}
     (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+    # The aggregate stage refuses records of other machines, software or source, as it does in a DVC run.
     aggregate = [sys.executable, "-m", "stages.aggregate", "metrics/variants", "plots/steps", "metrics/summary.json",
                  "metrics/summary.md", "plots/summary.csv", "plots/summary"]
     done = subprocess.run(aggregate, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)

@@ -13,25 +13,37 @@ from benchlab.errors import LabError
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "results/h200-weights/onecall/study"  # a committed study of four variants, one call
+PROFILES = ROOT / "results/h200-weights/onecall/profiles/plots/profiles"  # another call's, of recipe and lean_sr
 spec = importlib.util.spec_from_file_location("merge_runs", ROOT / "scripts/merge_runs.py")
 merge_runs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(merge_runs)
 
 
 def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = None,
-         gpu: str | None = None) -> Path:
-    """A gpu_matrix.sh OUT_DIR holding `names` of the committed run, as if one call had run only those."""
+         gpu: str | None = None, profiled: tuple[str, ...] = (), asked: tuple[str, ...] = (),
+         env_json: str | None = None, stray: str | None = None) -> Path:
+    """A gpu_matrix.sh OUT_DIR holding `names` of the committed run, as if one call had run only those, with the
+    profiles of `profiled` and params asking for those of `asked` as well."""
     src = part / "src"
     (src / "metrics/variants").mkdir(parents=True)
     (src / "plots/steps").mkdir(parents=True)
     params = yaml.safe_load((RUN / "params.yaml").read_text())
     params["variants"] = {n: params["variants"][n] for n in names}
     params["bench"]["repeats"] = repeats
+    params["profile"]["variants"] = [*profiled, *asked]
+    if profiled:
+        (src / "plots/profiles").mkdir()
+    for n in profiled:
+        shutil.copy(PROFILES / f"{n}_kernels.md", src / f"plots/profiles/{n}_kernels.md")
     if steps is not None:
         params["bench"]["steps"] = steps
     (src / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copy(RUN / "dvc.lock", src / "dvc.lock")
     shutil.copy(RUN / "metrics/env.json", src / "metrics/env.json")
+    if env_json is not None:
+        (src / "metrics/env.json").write_text(env_json)
+    if stray is not None:  # a record the pack's params do not name
+        shutil.copy(RUN / f"metrics/variants/{stray}.json", src / f"metrics/variants/{stray}.json")
     for n in names:
         shutil.copy(RUN / f"metrics/variants/{n}.json", src / f"metrics/variants/{n}.json")
         if gpu is not None:
@@ -47,12 +59,16 @@ def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = Non
 
 
 def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> None:
-    a = pack(tmp_path / "a", ["recipe", "fastest_sr"])
-    b = pack(tmp_path / "b", ["lean_sr", "lean"], repeats=1)
+    a = pack(tmp_path / "a", ["recipe", "fastest_sr"], profiled=("recipe",))
+    b = pack(tmp_path / "b", ["lean_sr", "lean"], repeats=1, profiled=("lean_sr",), asked=("lean",))
     out = tmp_path / "merged"
     merge_runs.main([str(out), str(a), str(b)])
     params = yaml.safe_load((out / "params.yaml").read_text())
     assert list(params["variants"]) == ["recipe", "fastest_sr", "lean_sr", "lean"]
+    assert params["variants"]["lean"] == yaml.safe_load((RUN / "params.yaml").read_text())["variants"]["lean"]
+    assert params["profile"]["variants"] == ["recipe", "lean_sr"]  # lean's profile was asked for, never written
+    for n in ("recipe", "lean_sr"):
+        assert (out / f"plots/profiles/{n}_kernels.md").read_bytes() == (PROFILES / f"{n}_kernels.md").read_bytes()
     assert params["bench"]["repeats"] == 3  # the first part's; each record keeps its own
     assert sorted(p.stem for p in (out / "metrics/variants").glob("*.json")) == ["fastest_sr", "lean", "lean_sr", "recipe"]
     assert sorted(p.stem for p in (out / "plots/steps").glob("*.csv")) == ["fastest_sr", "lean", "lean_sr", "recipe"]
@@ -64,7 +80,7 @@ def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> Non
     assert all(f"| {n} " in (out / "metrics/summary.md").read_text() for n in ("recipe", "fastest_sr", "lean_sr", "lean"))
     assert yaml.safe_load((out / "parts/2/params.yaml").read_text())["bench"]["repeats"] == 1
     assert (out / "parts/2/dvc_log.txt").read_text() == "the log of b\n"
-    assert (out / "parts/1/dvc.lock").is_file()
+    assert sorted(p.name for p in (out / "parts/1").iterdir()) == ["dvc.lock", "dvc_log.txt", "params.yaml"]
     assert (out / "metrics/env.json").read_bytes() == (RUN / "metrics/env.json").read_bytes()
 
 
@@ -72,6 +88,8 @@ def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> Non
     (dict(names=["recipe", "lean"]), "variant recipe is in"),
     (dict(names=["lean"], steps=300), "ran other settings than"),
     (dict(names=["lean"], gpu="NVIDIA H100"), "measured in another environment"),
+    (dict(names=["lean"], env_json='{"gpu": "NVIDIA H100"}'), "env.json differs"),
+    (dict(names=["lean"], stray="lean_sr"), "records of lean_sr, which its params.yaml does not name"),
 ])
 def test_parts_that_are_not_one_run_are_refused(tmp_path: Path, second: dict, message: str) -> None:
     a = pack(tmp_path / "a", ["recipe", "fastest_sr"])
@@ -91,6 +109,8 @@ def test_a_folder_without_a_pack_and_a_used_out_dir_are_refused(tmp_path: Path) 
     (tmp_path / "used/file").write_text("x")
     with pytest.raises(LabError, match="already has files"):
         merge_runs.main([str(tmp_path / "used"), str(a)])
+    with pytest.raises(LabError, match="recorded no variant"):
+        merge_runs.main([str(tmp_path / "merged"), str(pack(tmp_path / "none", []))])
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "results.tar.gz").write_bytes(b"not a tar")
