@@ -1234,7 +1234,10 @@ def sr_section() -> str:
         f"- **`lean`**: {lean['peak_mem_allocated_mb']:,.0f} MiB, {lean_pct:.2f}% of the fp32 baseline's peak (bar 10%: "
         f"{'met' if lean_pct <= 10 else '**missed**'}), at {lean_x:.1%} of the recipe's tokens/s (bar 85%: "
         f"{'met' if lean_x >= 0.85 else '**missed**'}). Its three repeats ran at {speeds} tokens/s, so its next-run "
-        f"interval is wide. `lean` with fp32 weights, in the same run: {x_of(study_run, 'lean'):.1%} at "
+        f"interval is wide, and the harness flagged its steps as unsteady (`steady_state_ok` "
+        f"{str(lean['steady_state_ok']).lower()}: the two halves of a repeat's timed steps differed by up to "
+        f"{lean['steady_gap_pct']:.1f}%). "
+        f"`lean` with fp32 weights, in the same run: {x_of(study_run, 'lean'):.1%} at "
         f"{study['lean']['peak_mem_allocated_mb']:,.0f} MiB.",
         "",
         f"A second study, on a fresh machine after the profiles below (`onecall/profiles/`, commit "
