@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("parts", type=Path, nargs="+")
     args = ap.parse_args(argv)
-    if args.out.exists() and any(args.out.iterdir()):
-        raise LabError(f"{args.out} already has files; merge into a new folder")
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        raise LabError(f"{args.out} already exists and is not an empty folder; merge into a new folder")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.out.parent, prefix=f".{args.out.name}.") as tmp:
         work = Path(tmp) / "merged"

@@ -107,8 +107,10 @@ def test_a_folder_without_a_pack_and_a_used_out_dir_are_refused(tmp_path: Path) 
     a = pack(tmp_path / "a", ["recipe"])
     (tmp_path / "used").mkdir()
     (tmp_path / "used/file").write_text("x")
-    with pytest.raises(LabError, match="already has files"):
+    with pytest.raises(LabError, match="already exists and is not an empty folder"):
         merge_runs.main([str(tmp_path / "used"), str(a)])
+    with pytest.raises(LabError, match="already exists and is not an empty folder"):
+        merge_runs.main([str(tmp_path / "used/file"), str(a)])
     with pytest.raises(LabError, match="recorded no variant"):
         merge_runs.main([str(tmp_path / "merged"), str(pack(tmp_path / "none", []))])
     broken = tmp_path / "broken"
