@@ -60,6 +60,16 @@ def unpack(part: Path, into: Path) -> None:
         raise LabError(f"{packed} holds no params.yaml; it is not a scripts/gpu_matrix.sh pack")
 
 
+def read_params(packed: Path, path: Path) -> dict[str, Any]:
+    try:
+        params = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise LabError(f"{packed}'s params.yaml is not valid YAML ({err}); copy the pack again") from None
+    if not isinstance(params, dict) or not isinstance(params.get("variants"), dict):
+        raise LabError(f"{packed}'s params.yaml names no variants; it is not a scripts/gpu_matrix.sh pack")
+    return params
+
+
 def merge(parts: list[Path], work: Path) -> None:
     """Write the merged folder of `parts` at `work`."""
     records: dict[str, int] = {}  # the part of each variant
@@ -70,7 +80,7 @@ def merge(parts: list[Path], work: Path) -> None:
     for n, part in enumerate(parts, 1):
         unpacked = work / "parts" / str(n) / "unpacked"
         unpack(part, unpacked)
-        params = yaml.safe_load((unpacked / "params.yaml").read_text())
+        params = read_params(part / "results.tar.gz", unpacked / "params.yaml")
         if first_params is None:
             first_params = params
         elif shared_settings(params) != shared_settings(first_params):

@@ -113,6 +113,12 @@ def test_a_folder_without_a_pack_and_a_used_out_dir_are_refused(tmp_path: Path) 
         merge_runs.main([str(tmp_path / "used/file"), str(a)])
     with pytest.raises(LabError, match="recorded no variant"):
         merge_runs.main([str(tmp_path / "merged"), str(pack(tmp_path / "none", []))])
+    no_variants = pack(tmp_path / "no-variants", ["recipe"])
+    with tarfile.open(no_variants / "results.tar.gz", "w:gz") as tar:
+        (tmp_path / "params.yaml").write_text("variants: [recipe]\n")
+        tar.add(tmp_path / "params.yaml", arcname="params.yaml")
+    with pytest.raises(LabError, match="names no variants"):
+        merge_runs.main([str(tmp_path / "merged"), str(no_variants)])
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "results.tar.gz").write_bytes(b"not a tar")
