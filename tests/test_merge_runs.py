@@ -125,3 +125,17 @@ def test_a_folder_without_a_pack_and_a_used_out_dir_are_refused(tmp_path: Path) 
     with pytest.raises(LabError, match="cannot be unpacked"):
         merge_runs.main([str(tmp_path / "merged"), str(broken)])
     assert not (tmp_path / "merged").exists()
+
+
+def test_ctrl_c_mid_merge_exits_130_and_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = pack(tmp_path / "a", ["recipe", "fastest_sr"])
+    b = pack(tmp_path / "b", ["lean"])
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge_runs.subprocess, "run", interrupted)  # as the aggregate stage starts
+    with pytest.raises(SystemExit) as stop:
+        merge_runs.run_main(merge_runs.main, [str(tmp_path / "merged"), str(a), str(b)])
+    assert stop.value.code == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no OUT_DIR, no scratch left
