@@ -16,7 +16,7 @@ variant recorded by two parts, and an OUT_DIR that already has files. A refused 
 """
 
 import argparse
-import json
+import copy
 import os
 import shutil
 import subprocess
@@ -38,7 +38,7 @@ PER_PART = (("variants",), ("profile", "variants"), ("bench", "repeats"))
 
 def shared_settings(params: dict[str, Any]) -> dict[str, Any]:
     """A part's params without the settings parts may differ in."""
-    out = json.loads(json.dumps(params))
+    out = copy.deepcopy(params)
     for *parents, last in PER_PART:
         node = out
         for key in parents:
