@@ -26,6 +26,7 @@ MEMORY_LABELS = {
     "peak_mem_allocated_mb": "peak GPU memory allocated (MiB)",
     "peak_rss_mb": "peak process memory, RSS (MiB)",
 }
+RESERVED_NOTE = "hatched: reserved, where CUDA graphs hide their pools from the allocated peak"
 STEP_TIME_LABEL = "step time (ms, log scale; timed steps of the first repeat)"
 NOTE_COLOR = "0.45"  # grey for rows that have no measurement
 NOTE_CHARS = 70  # a reason longer than this is cut; the summary table has it whole
@@ -84,6 +85,33 @@ def bar_figure(rows: list[dict[str, Any]], key: str, label: str, title: str) -> 
     ax.set_xlabel(label)
     ax.set_title(title)
     ax.margins(x=0.15)  # room for the value labels right of the longest bar
+    return fig
+
+
+def memory_of(row: dict[str, Any], mem_key: str) -> float | None:
+    """What a row's memory is compared on: mem_key's peak, or the reserved peak where CUDA graphs hide their pools
+    from the allocated one (report.summarize sets row["mem_reserved"])."""
+    return row.get("peak_mem_reserved_mb") if row.get("mem_reserved") else row.get(mem_key)
+
+
+def memory_figure(rows: list[dict[str, Any]], mem_key: str) -> Figure:
+    """Peak memory bars of what the rows are compared on: mem_key's peak, but the reserved peak, hatched and
+    labelled so, for a row whose allocated peak misses CUDA graphs' pools (row["mem_reserved"])."""
+    reserved = [r["status"] == "ok" and bool(r.get("mem_reserved")) for r in rows]
+    shown = [{**r, "_mem": memory_of(r, mem_key)} for r in rows]
+    label = MEMORY_LABELS[mem_key] + (f"; {RESERVED_NOTE}" if any(reserved) else "")
+    fig = bar_figure(shown, "_mem", label, "Peak memory by variant")
+    ax = fig.axes[0]
+    drawn = [hidden for r, hidden in zip(shown, reserved) if r["status"] == "ok" and r["_mem"] is not None]
+    for bar, hidden in zip(ax.patches, drawn):
+        if hidden:
+            bar.set_hatch("//")
+            bar.set_facecolor("white")
+            bar.set_edgecolor("tab:blue")
+    values = [t for t in ax.texts if t.get_text().startswith(" ")]  # the value labels, in the bars' order
+    for text, hidden in zip(values, drawn):
+        if hidden:
+            text.set_text(text.get_text() + " reserved")
     return fig
 
 
@@ -191,8 +219,8 @@ def batch_figure(sweeps: list[list[dict[str, Any]]], mem_key: str) -> Figure:
         label = ", ".join(r["variant"] for r in sweep)
         ok = [r for r in sweep if r["status"] == "ok"]
         style = _line_style(i, len(ok))
-        for ax, key in ((ax_tps, "tokens_per_sec"), (ax_mem, mem_key)):
-            points = [(r["settings"]["batch_size"], r[key]) for r in ok if r.get(key) is not None]
+        for ax, value in ((ax_tps, lambda r: r.get("tokens_per_sec")), (ax_mem, lambda r: memory_of(r, mem_key))):
+            points = [(r["settings"]["batch_size"], value(r)) for r in ok if value(r) is not None]
             ax.plot([b for b, _ in points], [v for _, v in points], label=label, **{**style, "markevery": 1})
         for r in sweep:
             if r["status"] != "ok":
@@ -204,7 +232,8 @@ def batch_figure(sweeps: list[list[dict[str, Any]]], mem_key: str) -> Figure:
     ax_mem.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_mem.set_xlabel("batch (sequences per optimizer step)")
     ax_tps.set_ylabel(THROUGHPUT_LABEL.split(",")[0] + ")")
-    ax_mem.set_ylabel(MEMORY_LABELS[mem_key])
+    reserved = any(r["status"] == "ok" and r.get("mem_reserved") for sweep in sweeps for r in sweep)
+    ax_mem.set_ylabel(MEMORY_LABELS[mem_key] + ("\n(reserved under CUDA graphs)" if reserved else ""))
     for ax in (ax_tps, ax_mem):
         ax.set_ylim(bottom=0)
     ax_tps.legend(fontsize=8)
@@ -220,7 +249,7 @@ def make_plots(rows: list[dict[str, Any]], steps_dir: Path, out_dir: Path, basel
     mem_key = memory_key(rows)
     figures = {
         "throughput.png": bar_figure(rows, "tokens_per_sec", THROUGHPUT_LABEL, "Throughput by variant"),
-        "memory.png": bar_figure(rows, mem_key, MEMORY_LABELS[mem_key], "Peak memory by variant"),
+        "memory.png": memory_figure(rows, mem_key),
         "step_times.png": step_time_figure(rows, steps),
         "loss_curves.png": loss_figure(rows, steps, baseline_name(rows, baseline)),
     }

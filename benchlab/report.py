@@ -122,6 +122,7 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         ci = _ci(r)
         row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["speedup_x"] = row["mem_change_pct"] = row["significant"] = row["loss_ok"] = None
+        row["mem_reserved"] = r.get("peak_mem_allocated_comparable") is False  # plots draw its reserved peak
         if r["status"] == "ok" and base_ok:
             assert base is not None
             row["speedup_x"] = r["tokens_per_sec"] / base["tokens_per_sec"]

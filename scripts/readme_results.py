@@ -17,6 +17,8 @@ from pathlib import Path
 from statistics import mean
 from typing import get_args, get_type_hints
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.config import CUDA_GRAPH_MODES, RunSettings  # noqa: E402  (the knob table lives there)
@@ -78,7 +80,7 @@ REFERENCE = {
     "fp32_baseline": ((45.1e3, 45.1e3), 31.9),
     "tf32": ((120.6e3, 120.6e3), 31.9),
     "sdpa": ((54.8e3, 54.8e3), 22.8),
-    "best": ((478e3, 488.5e3), 11.5),
+    "recipe": ((478e3, 488.5e3), 11.5),
 }
 
 
@@ -86,7 +88,7 @@ def reference_table() -> str:
     rows = ["| variant | ours tokens/s | reference tokens/s | ours / reference | ours peak GiB | reference peak GiB |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name, ((low, high), gib) in REFERENCE.items():
-        r = load(f"results/h200/metrics/variants/{name}.json")
+        r = load(f"{MATRIX}/metrics/variants/{name}.json")
         ours = r["tokens_per_sec"]
         ref = f"{low:,.0f}" if low == high else f"{low:,.0f} to {high:,.0f}"
         ratio = f"{ours / low:.3f}" if low == high else f"{ours / high:.3f} to {ours / low:.3f}"
@@ -94,30 +96,124 @@ def reference_table() -> str:
     return "\n".join(rows)
 
 
+MATRIX = "results/h200"
+MATRIX_LABELS = {"fp32_baseline": "fp32, manual attention, eager",
+                 "recipe": "the public recipe: bf16 autocast, SDPA, TF32, fused AdamW, torch.compile",
+                 "fastest": "**`fastest`**: bf16 weights stochastically rounded, the one-pass head, CUDA graphs",
+                 "lean": "**`lean`**: the same bf16 weights, full checkpointing, the chunked head"}
+
+
+def family_changes(base: dict[str, float], other: dict[str, float], n: int = 3) -> str:
+    """The n kernel families whose device ms per step changed most from `base` to `other`, in words."""
+    changed = sorted(set(base) | set(other), key=lambda k: -abs(other.get(k, 0.0) - base.get(k, 0.0)))[:n]
+    return ", ".join(f"{k} {base.get(k, 0.0):.2f} → {other.get(k, 0.0):.2f}" for k in changed)
+
+
 def h200_section() -> str:
-    summary = read("results/h200/metrics/summary.md").strip()
-    base, best = load("results/h200/metrics/variants/fp32_baseline.json"), load("results/h200/metrics/variants/best.json")
-    speedup = best["tokens_per_sec"] / base["tokens_per_sec"]
-    mem = best["peak_mem_allocated_mb"] / base["peak_mem_allocated_mb"]
+    """The whole matrix at GPT-2 124M in one merged run: the bars of `fastest` and `lean` against the recipe and the
+    fp32 baseline, the table, the plots, the profiles of the three, the reference points, and what lost."""
+    rows = variants(MATRIX)
+    params = yaml.safe_load(read(f"{MATRIX}/params.yaml"))
+    ours = yaml.safe_load(read("params.yaml"))["variants"]
+    for name in MATRIX_LABELS:
+        assert params["variants"][name] == ours[name], f"{name} in params.yaml is not what {MATRIX}/ measured"
+    measured = {n: r for n, r in rows.items() if r["status"] == "ok"}
+    (commit,) = run_commits({MATRIX: measured}).values()
+    parts = sorted(p.name for p in (ROOT / MATRIX / "parts").iterdir())
+    part_variants = [list(yaml.safe_load(read(f"{MATRIX}/parts/{n}/params.yaml"))["variants"]) for n in parts]
+    env = load(f"{MATRIX}/metrics/env.json")
+    base, recipe, fast, lean = (rows[n] for n in MATRIX_LABELS)
+    fp32 = base["peak_mem_allocated_mb"]
+    fast_x, lean_x = fast["tokens_per_sec"] / recipe["tokens_per_sec"], lean["tokens_per_sec"] / recipe["tokens_per_sec"]
+    lean_pct = 100 * lean["peak_mem_allocated_mb"] / fp32
+    fast_ok = fast_x >= 1.10 and overlap(fast, recipe) == "**no**"
+    spread = 100 * (recipe["tokens_per_sec_pi95_high"] / recipe["tokens_per_sec"] - 1)
+    on_recipe = [n for n, r in measured.items() if r["precision"] == "bf16" and r["compile"] and r["attention"] == "sdpa"
+                 and r["batch_size"] == recipe["batch_size"] and n not in MATRIX_LABELS]
+    lost = sorted((n for n in on_recipe if rows[n]["tokens_per_sec"] < recipe["tokens_per_sec_pi95_low"]),
+                  key=lambda n: rows[n]["tokens_per_sec"])
+    won = sorted((n for n in on_recipe if rows[n]["tokens_per_sec"] > recipe["tokens_per_sec_pi95_high"]),
+                 key=lambda n: -rows[n]["tokens_per_sec"])
+
+    def x(n: str) -> str:
+        return f"`{n}` {rows[n]['tokens_per_sec'] / recipe['tokens_per_sec']:.3f}x"
+
+    profiled = {"recipe": "recipe", "**`fastest`**": "fastest", "**`lean`**": "lean"}
+    fam = {label: profile_families(v, MATRIX) for label, v in profiled.items()}
+    r_fam, f_fam, l_fam = fam.values()
+    parity_run = f"{ONECALL}/parity"
+    assert {r["provenance.source_sha256"] for r in variants(parity_run).values()} == {recipe["provenance.source_sha256"]}, \
+        "the parity run's code is not this run's"
+    _, gaps = repeat_parity_table(parity_run, {"recipe": "recipe", "fastest_sr": "fastest", "lean_sr": "lean"})
+    skipped = [f"`{n}` ({r['message']})" for n, r in rows.items() if r["status"] == "skipped"]
     return "\n".join([
-        f"`gpt2_124m`, batch {best['batch_size']} x {best['block_size']} tokens, {best['steps']} steps per run of which "
-        f"the first {best['warmup_steps']} are warm-up, {best['repeats']} repeats per variant; "
-        f"run on {best['provenance.date_utc'][:10]} (files and how they were made: `results/h200/`).",
+        f"`gpt2_124m`, batch {recipe['batch_size']} x {recipe['block_size']} tokens (variants' own batch where named), "
+        f"{recipe['steps']} steps per run of which the first {recipe['warmup_steps']} are warm-up; on {env['gpu']} "
+        f"(driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}), {recipe['provenance.date_utc'][:10]}, "
+        f"commit `{commit}` and a clean tree in every record (files and how they were made: `{MATRIX}/`). "
+        f"The matrix ran as {len(parts)} device calls minutes apart on one machine, merged by `scripts/merge_runs.py`: "
+        f"{', '.join(part_variants[0])} with {recipe['repeats']} fresh-process repeats each (and the profiles below), "
+        f"then the other {sum(len(v) for v in part_variants[1:]) - len(part_variants[1:])} variants with one run each "
+        "(their parts also name `fp32_baseline`, the aggregate baseline, without running it).",
         "",
-        summary,
+        "**The bars** (`fastest`: at least 1.10x the recipe's tokens/s with the intervals apart; `lean`: at most 10% "
+        "of the fp32 baseline's peak memory at 85% or more of the recipe's tokens/s):",
         "",
-        f"`best` against `fp32_baseline`: {speedup:.2f}x the tokens/s ({best['tokens_per_sec']:,.0f} against "
-        f"{base['tokens_per_sec']:,.0f}), {100 * mem:.1f}% of its peak allocated memory, MFU {best['mfu_pct']:.1f}% "
-        "of the 989 TFLOP/s dense bf16 peak.",
+        *STUDY_HEAD, *study_rows(rows, list(MATRIX_LABELS), MATRIX_LABELS, lambda r: fp32_share(r, fp32)),
         "",
-        "Against the reference points of `shared/GPU.md` (same machine type, other runs; `best` is that",
-        "page's public recipe: bf16 autocast, SDPA, TF32, fused AdamW, torch.compile):",
+        f"- **`fastest`**: {fast_x:.3f}x the recipe ({fast['tokens_per_sec']:,.0f} against "
+        f"{recipe['tokens_per_sec']:,.0f} tokens/s), {intervals(fast, recipe)}: bar {'met' if fast_ok else '**missed**'}; "
+        f"goal 1.20x {'met' if fast_x >= 1.20 else 'not reached'}. MFU {fast['mfu_pct']:.1f}% against the recipe's "
+        f"{recipe['mfu_pct']:.1f}%. Under CUDA graphs its allocated peak misses the graphs' pools, so its memory is "
+        f"the reserved {fast['peak_mem_reserved_mb']:,.0f} MiB.",
+        f"- **`lean`**: {lean['peak_mem_allocated_mb']:,.0f} MiB, {lean_pct:.2f}% of the fp32 baseline's "
+        f"{fp32:,.0f} MiB (bar 10%: {'met' if lean_pct <= 10 else '**missed**'}), at {lean_x:.1%} of the recipe's "
+        f"tokens/s (bar 85%: {'met' if lean_x >= 0.85 else '**missed**'}).",
+        f"- Loss parity of the same three configurations over 300 steps, from the same source (`{parity_run}/`, "
+        f"two runs each, in the `fastest` and `lean` section below): mean last-50-step gap to tf32 "
+        f"{mean(gaps['recipe']):+.3f} for the recipe, {mean(gaps['fastest_sr']):+.3f} for `fastest`, "
+        f"{mean(gaps['lean_sr']):+.3f} for `lean`; tolerance {PARITY_TOLERANCE}. Here, after {recipe['steps']} steps, "
+        f"their validation losses are {recipe['val_loss']:.4f}, {fast['val_loss']:.4f} and {lean['val_loss']:.4f}.",
+        "",
+        "The whole matrix (the aggregate stage's table, against `fp32_baseline`):",
+        "",
+        read(f"{MATRIX}/metrics/summary.md").strip(),
+        "",
+        f"Skipped on one GPU: {', '.join(skipped) or 'none'}. Of the knobs on top of the recipe at its batch, one run "
+        f"each (the recipe's next-run interval is ±{spread:.1f}% wide, so only rows outside it differ): above it "
+        f"{', '.join(x(n) for n in won) or 'none'}; below it {', '.join(x(n) for n in lost) or 'none'}; the rest "
+        f"inside it. `weights_bf16` rounds each update to nearest: over 300 steps the same weights under `fastest`'s "
+        f"other knobs drifted to {window_gaps(f'{WEIGHTS}/bf16/parity', 'fastest_bf16w')[-1]:+.3f} nats against tf32 "
+        f"by the last 50-step window (`{WEIGHTS}/bf16/parity/`), which is why `fastest` rounds stochastically.",
+        "",
+        f"![Throughput by variant]({MATRIX}/plots/summary/throughput.png)",
+        "",
+        f"![Peak memory by variant]({MATRIX}/plots/summary/memory.png)",
+        "",
+        "Tokens/s and memory against batch (`batch_4`, the recipe, `batch_64`: the same knobs at 4, 16 and 64 "
+        "sequences):",
+        "",
+        f"![tokens/s and memory against batch]({MATRIX}/plots/summary/batch_sweep.png)",
+        "",
+        f"Where each spends its step (torch.profiler, {params['profile']['steps']} traced steps after "
+        f"{recipe['warmup_steps']} warm-up, in the same call as their bench runs; `{MATRIX}/plots/profiles/`):",
+        "",
+        *families_table(fam, [gap_ms(MATRIX, v) for v in profiled.values()]),
+        "",
+        f"- `fastest` against the recipe: {sum(r_fam.values()) - sum(f_fam.values()):.2f} ms less kernel time a step "
+        f"and {gap_ms(MATRIX, 'recipe') - gap_ms(MATRIX, 'fastest'):.2f} ms less gap between kernels; the families "
+        f"that moved most: {family_changes(r_fam, f_fam)} ms. The one-pass head keeps the logits inside one kernel "
+        "pass (cross-entropy and its elementwise work shrink), bf16 weights halve the bytes of the optimizer step and "
+        "of the weights' casts, and CUDA graphs replay the step without the host's launches.",
+        f"- `lean` against the recipe: {sum(l_fam.values()) - sum(r_fam.values()):+.2f} ms of kernel time a step; the "
+        f"families that moved most: {family_changes(r_fam, l_fam)} ms. Full checkpointing runs each block's forward "
+        "again in backward (more matrix products and attention), which buys back the activations; the chunked head "
+        "never holds the full logits.",
+        "",
+        "Against the reference points of `shared/GPU.md` (same machine type, other runs; `recipe` is that page's "
+        "public recipe):",
         "",
         reference_table(),
-        "",
-        "Where `best` spends a step (profile stage, kernel device time, `results/h200/plots/profiles/`):",
-        "",
-        family_table("results/h200/plots/profiles/best_kernels.md"),
     ])
 
 
@@ -178,7 +274,7 @@ def knobs_section() -> str:
 KNOB_RUNS = ["results/h200-knobs/recipe-lean", "results/h200-knobs/knobs-a", "results/h200-knobs/knobs-b"]
 KNOB_ORDER = ["recipe", "ckpt_selective", "ckpt_full", "loss_chunked", "loss_fused", "cuda_graphs", "fp8", "accum_4",
               "lean", "batch_512"]
-FP32_PEAK_MB = ("results/h200/metrics/variants/fp32_baseline.json", "peak_mem_allocated_mb")
+FP32_PEAK_MB = ("results/h200-repeats/metrics/variants/fp32_baseline.json", "peak_mem_allocated_mb")
 
 
 def knob_rows() -> dict[str, dict]:
@@ -231,7 +327,8 @@ def h200_knobs_section() -> str:
         f"source `{recipe['provenance.source_sha256'][:12]}` in every row (files: `results/h200-knobs/`). "
         "Three DVC runs in one session on one machine: `recipe-lean` with 3 fresh-process repeats, `knobs-a` and "
         "`knobs-b` with one run each, so their ratio to the recipe crosses runs (minutes apart); "
-        "memory is compared with the fp32 baseline's 32,611 MiB of `results/h200/` (same machine type).",
+        f"memory is compared with the fp32 baseline's {fp32_peak:,.0f} MiB of `results/h200-repeats/` (same machine "
+        "type, a record from before the `grad_accum` knob).",
         "",
         *table,
         "",

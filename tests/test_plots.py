@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from benchlab.plots import (MEMORY_LABELS, THROUGHPUT_LABEL, bar_figure, baseline_name, loss_figure, make_plots,
-                            read_steps, status_note, step_time_figure)
+from benchlab.plots import (MEMORY_LABELS, RESERVED_NOTE, THROUGHPUT_LABEL, bar_figure, baseline_name, loss_figure,
+                            make_plots, memory_figure, read_steps, status_note, step_time_figure)
 
 
 def row(name: str, status: str = "ok", notes: str = "", **kw: Any) -> dict[str, Any]:
@@ -50,6 +50,22 @@ def test_unmeasured_variants_keep_a_row_that_says_why() -> None:
     assert any(n.startswith("oom: out of memory") for n in notes)
     assert any(n.startswith("diverged: loss is nan") for n in notes)
     assert len(ax.patches) == 2  # bars for the two measured variants only
+    plt.close(fig)
+
+
+def test_memory_bars_show_reserved_where_cuda_graphs_hide_the_allocated_peak() -> None:
+    rows = [row("eager", peak_mem_allocated_mb=500.0, peak_mem_reserved_mb=600.0),
+            row("graphs", peak_mem_allocated_mb=50.0, peak_mem_reserved_mb=700.0, mem_reserved=True),
+            row("off", "skipped", "no GPU", mem_reserved=True)]
+    fig = memory_figure(rows, "peak_mem_allocated_mb")
+    ax = fig.axes[0]
+    assert [bar.get_width() for bar in ax.patches] == [500.0, 700.0]  # not the 50 MiB the allocator saw
+    assert [bar.get_hatch() for bar in ax.patches] == [None, "//"]
+    assert [t for t in texts(ax) if t.startswith(" ")] == [" 500", " 700 reserved"]
+    assert ax.get_xlabel() == f"{MEMORY_LABELS['peak_mem_allocated_mb']}; {RESERVED_NOTE}"
+    plt.close(fig)
+    fig = memory_figure(rows[:1], "peak_mem_allocated_mb")  # no graphs: the plain label
+    assert fig.axes[0].get_xlabel() == MEMORY_LABELS["peak_mem_allocated_mb"]
     plt.close(fig)
 
 
@@ -148,3 +164,15 @@ def test_batch_figure_draws_measured_batches_and_marks_the_oom(tmp_path: Path) -
     paths = make_plots(SWEEP_ROWS, tmp_path, tmp_path / "out")
     assert paths[-1].name == "batch_sweep.png" and paths[-1].read_bytes().startswith(b"\x89PNG")
     assert "batch_sweep.png" not in [p.name for p in make_plots(ROWS, tmp_path, tmp_path / "out2")]
+
+
+def test_batch_sweep_of_cuda_graph_rows_plots_their_reserved_peak() -> None:
+    from benchlab.plots import batch_figure
+
+    sweep = [row("g4", settings=knobs(4), peak_mem_allocated_mb=10.0, peak_mem_reserved_mb=90.0, mem_reserved=True),
+             row("g16", settings=knobs(16), peak_mem_allocated_mb=20.0, peak_mem_reserved_mb=200.0, mem_reserved=True)]
+    fig = batch_figure([sweep], "peak_mem_allocated_mb")
+    ax_mem = fig.axes[1]
+    assert list(ax_mem.get_lines()[0].get_ydata()) == [90.0, 200.0]
+    assert ax_mem.get_ylabel().endswith("(reserved under CUDA graphs)")
+    plt.close(fig)

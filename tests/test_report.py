@@ -105,6 +105,7 @@ def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
     graphs, big, shared = rows[1:]
     assert graphs["mem_change_pct"] == pytest.approx(-10.0)  # reserved, not the allocated peak graphs hide
     assert "compare reserved memory" in graphs["notes"]
+    assert graphs["mem_reserved"] is True and not any(r["mem_reserved"] for r in (rows[0], big, shared))
     assert big["loss_ok"] == "n/a (batch 64, baseline 16)"  # another batch learns another curve
     assert shared["notes"] == "machine shared while timed: other GPU processes [4242], others kept 35% of the CPU busy"
 
