@@ -1590,7 +1590,8 @@ def small_section() -> str:
         return f"{rows[name]['tokens_per_sec'] / base['tokens_per_sec']:.2f}x"
 
     wait = recipe["step_ms_median"] - graphs["step_ms_median"]
-    big = variants("results/h200-knobs/fp8-head")
+    big = variants(MATRIX)
+    recipe_124m, graphs_124m = big["recipe"]["step_ms_median"], big["cuda_graphs"]["step_ms_median"]
     return "\n".join([
         f"`{base['model']}`, batch {base['batch_size']} x {base['block_size']}, {base['steps']} steps of which "
         f"{base['warmup_steps']} warm-up, one run per variant (no interval), all in one DVC run; {env['gpu']}, torch "
@@ -1606,9 +1607,9 @@ def small_section() -> str:
         f"graph runs it in {graphs['step_ms_median']:.2f} ms against {recipe['step_ms_median']:.2f} ms, "
         f"{graphs['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe ({x('cuda_graphs')} fp32), so at least "
         f"{wait:.2f} ms ({wait / recipe['step_ms_median']:.0%}) of the recipe's step was the GPU waiting for the host. "
-        f"At GPT-2 124M the same graphs take {1 - big['fast_fp8h_cg']['step_ms_median'] / big['fast_fp8h']['step_ms_median']:.1%} "
-        "off the step (`fast_fp8h` against `fast_fp8h_cg`, one run, `results/h200-knobs/fp8-head/`): there the "
-        "matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
+        f"At GPT-2 124M the same graphs change the recipe's step by {graphs_124m / recipe_124m - 1:+.1%} "
+        f"({recipe_124m:.2f} → {graphs_124m:.2f} ms, one run of `cuda_graphs` beside the recipe's three, `{MATRIX}/`): "
+        "there the matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
         f"proportion (`ckpt_full` {rows['ckpt_full']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe, "
         f"`accum_4` {rows['accum_4']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x): each adds launches. Batch "
         f"64 runs {rows['batch_64']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe's tokens/s at "
@@ -1620,7 +1621,8 @@ def small_section() -> str:
         "![Where the step goes in each regime](results/h200-small/regimes.png)",
         "",
         "`scripts/regime_plot.py` draws it from the committed files: the top bars split a step by what CUDA graphs "
-        "took off it (same run, same kernels); the bottom bar is the 124M recipe's profile. Batch sweep of this run "
+        "took off it (same run, same kernels); the bottom bar is the 124M recipe's profile, from the whole "
+        "matrix's run. Batch sweep of this run "
         "(`scripts/sweep_plot.py`; the pipeline's aggregate stage draws the same figure as "
         "`plots/summary/batch_sweep.png`):",
         "",
