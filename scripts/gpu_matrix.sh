@@ -71,6 +71,17 @@ for stage in (os.environ.get("FIRST", "") + " " + os.environ.get("TARGETS", ""))
     if name and name not in known.get(kind, []):
         sys.exit(f"gpu_matrix.sh: there is no stage {stage}; the {kind} stages are: {', '.join(known.get(kind, [])) or 'none'}")
 PY
+# The pipeline's own check of the resolved params (an aggregate.baseline that VARIANTS left out, a bad value), before
+# a stage starts: DVC would find it only in the first stage, after the machine's time for the call began to run.
+python3 - <<'PY'
+import sys
+from benchlab.config import load_params
+from benchlab.errors import LabError
+try:
+    load_params("params.yaml")
+except LabError as e:
+    sys.exit(f"gpu_matrix.sh: params.yaml as VARIANTS and the -S overrides leave it: {e}")
+PY
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1
 status=0

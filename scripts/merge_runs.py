@@ -8,7 +8,7 @@ A matrix too long for one device call runs as several calls on one machine, each
   - every part's `metrics/variants/`, `plots/steps/` and `plots/profiles/` files, and `metrics/env.json`;
   - a `params.yaml` whose variants (and profiled variants) are those the parts recorded, in the parts' order,
     the rest being the parts' shared settings;
-  - `parts/<n>/` with each part's own `params.yaml`, `dvc.lock` and `dvc_log.txt`;
+  - `parts/<n>/` with each part's own `params.yaml`, `dvc.lock`, `dvc_log.txt` and `gpu.txt` (where it has one);
   - the summary that `stages.aggregate` makes of all the variants (`metrics/summary.*`, `plots/summary*`).
 It refuses parts measured in different environments or from different or uncommitted source (the aggregate
 stage's checks), parts with different settings other than the variants, the profiled variants and the repeats, a
@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.errors import LabError, run_main  # noqa: E402
 
+# What a part's folder holds beside its pack and is kept with it: the DVC log, and the machine's name and driver as
+# `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader` printed them.
+PART_FILES = ("dvc_log.txt", "gpu.txt")
 # The settings parts may differ in: what each call ran, and how often.
 PER_PART = (("variants",), ("profile", "variants"), ("bench", "repeats"))
 
@@ -109,8 +112,9 @@ def merge(parts: list[Path], work: Path) -> None:
         for name in ("params.yaml", "dvc.lock"):
             if (unpacked / name).is_file():
                 shutil.copy2(unpacked / name, work / "parts" / str(n) / name)
-        if (part / "dvc_log.txt").is_file():
-            shutil.copy2(part / "dvc_log.txt", work / "parts" / str(n) / "dvc_log.txt")
+        for name in PART_FILES:
+            if (part / name).is_file():
+                shutil.copy2(part / name, work / "parts" / str(n) / name)
         shutil.rmtree(unpacked)
     assert first_params is not None  # argparse asks for at least one part
     if not records:

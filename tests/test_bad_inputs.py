@@ -224,6 +224,8 @@ def test_truncated_tokens_stop_training_before_it_starts(workdir: Path, prepared
     ({"VARIANTS": "recipe,lean", "TARGETS": "profile@lean", "FIRST": ""},
      "there is no stage profile@lean; the profile stages are: recipe"),
     ({"VARIANTS": "recipe", "TARGETS": "aggregte"}, "there is no stage aggregte; dvc.yaml's stages are: env, prepare"),
+    ({"VARIANTS": "recipe,lean", "TARGETS": "bench@lean"},  # the aggregate baseline left out of VARIANTS
+     "params.yaml as VARIANTS and the -S overrides leave it: aggregate.baseline='fp32_baseline' is not valid"),
 ])
 def test_the_gpu_script_refuses_variants_and_stages_it_would_not_run(env: dict, message: str, tmp_path: Path) -> None:
     # A GPU call's device time is spent before DVC would refuse an unknown target: the script checks first.

@@ -61,6 +61,7 @@ def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = Non
 def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> None:
     a = pack(tmp_path / "a", ["recipe", "fastest_sr"], profiled=("recipe",))
     b = pack(tmp_path / "b", ["lean_sr", "lean"], repeats=1, profiled=("lean_sr",), asked=("lean",))
+    (a / "gpu.txt").write_text("NVIDIA H200, 580.159.04\n")
     out = tmp_path / "merged"
     merge_runs.main([str(out), str(a), str(b)])
     params = yaml.safe_load((out / "params.yaml").read_text())
@@ -80,7 +81,9 @@ def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> Non
     assert all(f"| {n} " in (out / "metrics/summary.md").read_text() for n in ("recipe", "fastest_sr", "lean_sr", "lean"))
     assert yaml.safe_load((out / "parts/2/params.yaml").read_text())["bench"]["repeats"] == 1
     assert (out / "parts/2/dvc_log.txt").read_text() == "the log of b\n"
-    assert sorted(p.name for p in (out / "parts/1").iterdir()) == ["dvc.lock", "dvc_log.txt", "params.yaml"]
+    assert sorted(p.name for p in (out / "parts/1").iterdir()) == ["dvc.lock", "dvc_log.txt", "gpu.txt", "params.yaml"]
+    assert (out / "parts/1/gpu.txt").read_text() == "NVIDIA H200, 580.159.04\n"
+    assert not (out / "parts/2/gpu.txt").exists()  # b's folder had none
     assert (out / "metrics/env.json").read_bytes() == (RUN / "metrics/env.json").read_bytes()
 
 
