@@ -16,7 +16,7 @@
 # profile.variants), stops the script before anything runs.
 # The -S overrides go to `dvc repro` after the GPT-2 124M defaults below
 # (batch 16 x 1024 tokens, as in shared reference runs), so they win.
-# OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots) and the log,
+# OUT_DIR gets results.tar.gz (params, dvc.lock, metrics, plots), gpu.txt (nvidia-smi's GPU names) and the log,
 # also when the time limit cut the run short (then aggregate it on any machine
 # with `python -m stages.aggregate ...` from the variant files).
 set -euo pipefail
@@ -84,6 +84,8 @@ except LabError as e:
 PY
 git init -q && git add -A && git -c user.name=gpu -c user.email=gpu@localhost commit -qm snapshot
 export PYTHONUNBUFFERED=1
+# The machine's GPUs by name and driver, beside the pack (merge_runs.py keeps it with the part).
+if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" || true; fi
 status=0
 pack() {
   tar czf "$out/results.tar.gz" params.yaml $(ls -d dvc.lock metrics plots 2>/dev/null)
