@@ -1570,68 +1570,118 @@ def study_rows(run_rows: dict, names: list[str], labels: dict[str, str],
             for name, r in ((n, run_rows[n]) for n in names)]
 
 
-SMALL_ORDER = ["fp32_baseline", "tf32", "sdpa", "fp16", "bf16", "fused_adamw", "compile", "recipe", "cuda_graphs",
-               "fastest", "lean", "ckpt_full", "ckpt_selective", "loss_chunked", "loss_inline", "accum_4", "batch_4",
-               "batch_64", "fp8", "fp8_head", "loss_fused", "loss_cce", "ddp_2", "fsdp2_2", "adam_8bit"]
+SMALL = "results/h200-small"
+
+
+def same_configurations(records: dict[str, dict]) -> tuple[str, str] | None:
+    """The first two variants, in name order, whose records have the same value of every knob (RunSettings field)."""
+    knobs = [f.name for f in fields(RunSettings)]
+    seen: dict[str, str] = {}
+    for name, r in sorted(records.items()):
+        key = repr([r.get(k) for k in knobs])
+        if key in seen:
+            return seen[key], name
+        seen[key] = name
+    return None
 
 
 def small_section() -> str:
-    """The matrix at gpt_small (launch-bound) in one run, the CUDA-graph fix, and the regime plot."""
-    rows = variants("results/h200-small")
+    """The matrix at gpt_small (launch-bound) in one run, or one merged run of several calls: every variant its
+    params name, what fixes the launch-bound step (CUDA graphs, compile), and the regime plot."""
+    rows = variants(SMALL)
+    params = yaml.safe_load(read(f"{SMALL}/params.yaml"))
+    order = list(params["variants"])
     base, recipe, graphs = rows["fp32_baseline"], rows["recipe"], rows["cuda_graphs"]
-    env = load("results/h200-small/metrics/env.json")
-    table = ["| variant | tokens/s | vs fp32 | vs recipe | step ms median | p90 | peak alloc MiB | peak reserved MiB | val loss |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    cut = [name for name in SMALL_ORDER if name not in rows]
-    for name in (n for n in SMALL_ORDER if n in rows):
+    env = load(f"{SMALL}/metrics/env.json")
+    measured = {n: r for n, r in rows.items() if r["status"] == "ok"}
+    (source,) = {r["provenance.source_sha256"][:12] for r in measured.values()}
+    parts_dir = ROOT / SMALL / "parts"
+    parts = sorted(p.name for p in parts_dir.iterdir()) if parts_dir.is_dir() else []
+    repeated = [n for n in order if n in measured and measured[n]["repeats"] > 1]
+    table = ["| variant | repeats | tokens/s | next run 95% | vs fp32 | vs recipe | step ms median | p90 | "
+             "peak alloc MiB | peak reserved MiB | val loss |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cut = [n for n in order if n not in rows]
+    for name in (n for n in order if n in rows):
         r = rows[name]
+        if r["status"] != "ok":
+            table.append(f"| {name} | – | {r['status']}: {r['message'][:70]} | – | – | – | – | – | – | – | – |")
+            continue
         hidden = " (graph pools not seen)" if r["compile_mode"] in CUDA_GRAPH_MODES else ""
-        table.append(f"| {name} | {r['tokens_per_sec']:,.0f} | {r['tokens_per_sec'] / base['tokens_per_sec']:.2f} | "
+        table.append(f"| {name} | {r['repeats']} | {r['tokens_per_sec']:,.0f} | {interval(r)} | "
+                     f"{r['tokens_per_sec'] / base['tokens_per_sec']:.2f} | "
                      f"{r['tokens_per_sec'] / recipe['tokens_per_sec']:.2f} | {r['step_ms_median']:.2f} | "
                      f"{r['step_ms_p90']:.2f} | {r['peak_mem_allocated_mb']:,.0f}{hidden} | "
                      f"{r['peak_mem_reserved_mb']:,.0f} | {r['val_loss']:.4f} |")
 
-    def x(name: str) -> str:
-        return f"{rows[name]['tokens_per_sec'] / base['tokens_per_sec']:.2f}x"
+    def x(name: str, of: dict = base) -> str:
+        return f"{rows[name]['tokens_per_sec'] / of['tokens_per_sec']:.2f}x"
+
+    def verdict(name: str) -> str:
+        return "loses" if rows[name]["tokens_per_sec"] < base["tokens_per_sec"] else "gains"
 
     wait = recipe["step_ms_median"] - graphs["step_ms_median"]
     big = variants(MATRIX)
     recipe_124m, graphs_124m = big["recipe"]["step_ms_median"], big["cuda_graphs"]["step_ms_median"]
+    how = (f"{len(parts)} device calls minutes apart on one machine, merged by `scripts/merge_runs.py`"
+           if parts else "one DVC run")
+    repeats = (f"{', '.join(f'`{n}`' for n in repeated)} with {measured[repeated[0]]['repeats']} fresh-process "
+               "repeats, the rest one run each (no interval)" if repeated else "one run per variant (no interval)")
+    same = same_configurations(measured)
+    twins = (f" `{same[0]}` and `{same[1]}` ran the same configuration, and their tokens/s differ by "
+             f"{abs(rows[same[1]]['tokens_per_sec'] / rows[same[0]]['tokens_per_sec'] - 1):.0%}." if same else "")
+    noise = (f"The recipe's next-run interval here is ±{100 * (recipe['tokens_per_sec_pi95_high'] / recipe['tokens_per_sec'] - 1):.1f}%: "
+             "single runs closer to it than that are not told apart from it." + twins if "recipe" in repeated else
+             "One run per variant is not enough to tell close rows apart." + twins)
+    ours = yaml.safe_load(read("params.yaml"))["variants"]
+    then = "" if all(params["variants"][n] == ours[n] for n in ("fastest", "lean")) else \
+        " (both as this run defined them, not as `params.yaml` does now)"
+    fastest_how = ("which also replays its step as a graph" if rows["fastest"]["compile_mode"] in CUDA_GRAPH_MODES
+                   else "without CUDA graphs")
+    merged_sweep = (ROOT / SMALL / "plots/summary/batch_sweep.png").is_file()
+    sweep_png = f"{SMALL}/plots/summary/batch_sweep.png" if merged_sweep else f"{SMALL}/batch_sweep.png"
+    profiled = params["profile"]["variants"]
+    no_profile = [n for n in profiled if not (ROOT / SMALL / "plots/profiles" / f"{n}_kernels.md").is_file()]
     return "\n".join([
         f"`{base['model']}`, batch {base['batch_size']} x {base['block_size']}, {base['steps']} steps of which "
-        f"{base['warmup_steps']} warm-up, one run per variant (no interval), all in one DVC run; {env['gpu']}, torch "
-        f"{env['torch']}, {base['provenance.date_utc'][:10]}, source `{base['provenance.source_sha256'][:12]}` (files: "
-        f"`results/h200-small/`). The time limit cut {', '.join(f'`{n}`' for n in cut)} and the profile stages.",
+        f"{base['warmup_steps']} warm-up, {repeats}, all in {how}; {env['gpu']}, torch {env['torch']}, "
+        f"{base['provenance.date_utc'][:10]}, source `{source}` in every record (files: `{SMALL}/`)."
+        + (f" The time limit cut {', '.join(f'`{n}`' for n in cut)}" if cut else "")
+        + (f"{' and' if cut else ' The time limit cut'} the profiles of {', '.join(f'`{n}`' for n in no_profile)}"
+           if no_profile else "") + ("." if cut or no_profile else ""),
         "",
         *table,
         "",
         f"At this size a step is a few milliseconds of small kernels, so the GPU waits on the launches: autocast alone "
-        f"loses (bf16 {x('bf16')}, fp16 {x('fp16')}: its casts and the GradScaler's checks are more launches), while what "
-        f"removes launches wins: fused AdamW {x('fused_adamw')} (one kernel over all parameters instead of several per "
-        f"tensor), the recipe {x('recipe')}. **CUDA graphs are the fix**: replaying the recipe's compiled step as one "
-        f"graph runs it in {graphs['step_ms_median']:.2f} ms against {recipe['step_ms_median']:.2f} ms, "
-        f"{graphs['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe ({x('cuda_graphs')} fp32), so at least "
-        f"{wait:.2f} ms ({wait / recipe['step_ms_median']:.0%}) of the recipe's step was the GPU waiting for the host. "
-        f"At GPT-2 124M the same graphs change the recipe's step by {graphs_124m / recipe_124m - 1:+.1%} "
-        f"({recipe_124m:.2f} → {graphs_124m:.2f} ms, one run of `cuda_graphs` beside the recipe's three, `{MATRIX}/`): "
-        "there the matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
-        f"proportion (`ckpt_full` {rows['ckpt_full']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe, "
-        f"`accum_4` {rows['accum_4']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x): each adds launches. Batch "
-        f"64 runs {rows['batch_64']['tokens_per_sec'] / recipe['tokens_per_sec']:.2f}x the recipe's tokens/s at "
+        f"{verdict('bf16')} (bf16 {x('bf16')} fp32, fp16 {x('fp16')}"
+        + (": its casts and the GradScaler's checks are more launches" if verdict("bf16") == "loses" else "")
+        + f"), while what removes launches wins: fused AdamW {x('fused_adamw')} (one kernel over all parameters "
+        f"instead of several per tensor), compile {x('compile')}, the recipe {x('recipe')}. **CUDA graphs are the "
+        f"fix**: replaying the recipe's compiled step as one graph runs it in {graphs['step_ms_median']:.2f} ms against "
+        f"{recipe['step_ms_median']:.2f} ms, {x('cuda_graphs', recipe)} the recipe ({x('cuda_graphs')} fp32), so at "
+        f"least {wait:.2f} ms ({wait / recipe['step_ms_median']:.0%}) of the recipe's step was the GPU waiting for the "
+        f"host. `fastest`, {fastest_how}, runs at {x('fastest', recipe)} the recipe here, and "
+        f"`lean` at {x('lean', recipe)}{then}. At GPT-2 124M the same graphs change the recipe's step by "
+        f"{graphs_124m / recipe_124m - 1:+.1%} ({recipe_124m:.2f} → {graphs_124m:.2f} ms, `{MATRIX}/`): there the "
+        "matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
+        f"proportion (`ckpt_full` {x('ckpt_full', recipe)} the recipe, `accum_4` {x('accum_4', recipe)}): each adds "
+        f"launches. Batch 64 runs {x('batch_64', recipe)} the recipe's tokens/s at "
         f"{rows['batch_64']['step_ms_median'] / recipe['step_ms_median']:.2f}x its step time: more work per launch. "
-        f"One run per variant is not enough here: `fastest` and `loss_inline` are the same configuration, and their "
-        f"tokens/s differ by {abs(rows['loss_inline']['tokens_per_sec'] / rows['fastest']['tokens_per_sec'] - 1):.0%}; "
-        "differences of that size between single runs here are noise, to be settled with repeats.",
+        + noise,
         "",
         "![Where the step goes in each regime](results/h200-small/regimes.png)",
         "",
         "`scripts/regime_plot.py` draws it from the committed files: the top bars split a step by what CUDA graphs "
-        "took off it (same run, same kernels); the bottom bar is the 124M recipe's profile, from the whole "
-        "matrix's run. Batch sweep of this run "
-        "(`scripts/sweep_plot.py`; the pipeline's aggregate stage draws the same figure as "
-        "`plots/summary/batch_sweep.png`):",
+        "took off it (same run, same kernels); the bottom bars split each regime's traced step by kernel family, "
+        "with the gaps in which the GPU idles (the profiler's own host work widens those), where the run has a "
+        "profile of the recipe"
+        + ("" if "recipe" not in no_profile else " (this one's were cut, so only the 124M bar, from the whole "
+           "matrix's run)")
+        + (". Batch sweep of this run (its aggregate stage's):" if merged_sweep else
+           ". Batch sweep of this run (`scripts/sweep_plot.py`, as its aggregate stage did not run; the stage draws "
+           "the same figure as `plots/summary/batch_sweep.png`):"),
         "",
-        "![tokens/s and memory against batch at gpt_small](results/h200-small/batch_sweep.png)",
+        f"![tokens/s and memory against batch at gpt_small]({sweep_png})",
     ])
 
 

@@ -5,8 +5,9 @@
 Top: each regime's step split by CUDA graphs, from two variants of one run that differ only in
 `compile_mode: reduce-overhead`: the graph-replayed step bounds the GPU's own work (the same kernels, launched
 as one graph), and what the graphs took off is time the GPU spent waiting for the host to launch kernels.
-Bottom: the GPU-bound regime's kernel time by family, from the profile stage (the launch-bound run's profiles
-were cut by its time limit, so it has no bottom bar).
+Bottom: each regime's traced step by kernel family, as shares of its GPU time, with the gaps between kernels
+(the GPU idle), from the profile stage; a regime whose run has no profile of the variant (a time limit cut it)
+gets no bottom bar, and the plot says so.
 """
 
 import gzip
@@ -28,7 +29,9 @@ OUT = ROOT / "results/h200-small/regimes.png"
 # (label, run, variant without graphs, the same with CUDA graphs)
 PAIRS = [("gpt_small, 16 x 256: recipe", "results/h200-small", "recipe", "cuda_graphs"),
          ("gpt2_124m, 16 x 1024: recipe", "results/h200", "recipe", "cuda_graphs")]
-PROFILE_RUN, PROFILE_VARIANT = "results/h200", "recipe"
+# (label, run, variant) of the profiles for the bottom panel, in the top panel's order.
+PROFILES = [("gpt_small, 16 x 256: recipe", "results/h200-small", "recipe"),
+            ("gpt2_124m, 16 x 1024: recipe", "results/h200", "recipe")]
 
 
 def step_ms(run: str, variant: str) -> float:
@@ -61,16 +64,27 @@ def main(out: Path = OUT) -> None:
     top.set_xlabel("share of the median step (%)")
     top.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     top.set_title("Where the step goes: launch-bound (gpt_small) against GPU-bound (GPT-2 124M)")
-    fams, gpu_ms = families(PROFILE_RUN, PROFILE_VARIANT)
-    left = 0.0
-    colors = plt.get_cmap("tab10").colors
-    for j, (name, ms) in enumerate(sorted(fams.items(), key=lambda kv: -kv[1])):
-        bottom.barh(0, ms, left=left, color=colors[j % len(colors)], label=f"{name} {ms:.2f} ms")
-        left += ms
-    bottom.barh(0, gpu_ms - left, left=left, color="0.8", label=f"gaps between kernels {gpu_ms - left:.2f} ms")
-    bottom.set_yticks([0], ["gpt2_124m: recipe"])
-    bottom.set_xlabel("GPU time of one traced step (ms), kernels summed by family (torch.profiler)")
-    bottom.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    profiled = [(label, *families(run, v)) for label, run, v in PROFILES
+                if (ROOT / run / "plots/profiles" / f"{v}_trace.json.gz").is_file()]
+    missing = [label for label, run, v in PROFILES if label not in {p[0] for p in profiled}]
+    names = list(dict.fromkeys(k for _, fams, _ in profiled for k in sorted(fams, key=lambda k: -fams[k])))
+    colors = dict(zip(names, plt.get_cmap("tab10").colors))
+    for i, (label, fams, gpu_ms) in enumerate(profiled):
+        left = 0.0
+        for name in names:
+            share = 100 * fams.get(name, 0.0) / gpu_ms
+            bottom.barh(i, share, left=left, color=colors[name], label=name if i == 0 else None)
+            if share > 6:
+                bottom.text(left + share / 2, i, f"{fams[name]:.2f}", ha="center", va="center", fontsize=7)
+            left += share
+        gap = gpu_ms - sum(fams.values())
+        bottom.barh(i, 100 - left, left=left, color="0.8", label="gaps between kernels (GPU idle)" if i == 0 else None)
+        bottom.text(101, i, f"traced step {gpu_ms:.2f} ms\n(gaps {gap:.2f} ms)", va="center", fontsize=8)
+    bottom.set_yticks(range(len(profiled)), [p[0] for p in profiled])
+    bottom.set_xlim(0, 125)
+    bottom.set_xlabel("share of one traced step's GPU time (%), kernels summed by family (torch.profiler; "
+                      "labels in ms)" + (f"\nno profile of {'; '.join(missing)}" if missing else ""))
+    bottom.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45 if missing else -0.35))
     fig.tight_layout()
     fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
