@@ -835,12 +835,14 @@ ONEPASS_PARITY = ["results/h200-parity/onepass", "results/h200-parity/onepass-2"
 
 
 def earlier_runs(name: str, but: str, **knobs: object) -> list[tuple[str, dict]]:
-    """Every committed H200 run of variant `name` at GPT-2 124M and 16 x 1024 (its knobs as given), but run `but`."""
+    """Every committed H200 run of variant `name` at GPT-2 124M and 16 x 1024 (its knobs as given; a record made
+    before a knob existed ran its default), but run `but`."""
+    defaults = {f.name: f.default for f in fields(RunSettings)}
     found = []
     for path in sorted((ROOT / "results").glob(f"**/metrics/variants/{name}.json")):
         run, r = str(path.parent.parent.parent.relative_to(ROOT)), json.loads(path.read_text())
         same = (r.get("model"), r.get("batch_size"), r.get("block_size")) == ("gpt2_124m", 16, 1024)
-        if run != but and same and r.get("status") == "ok" and all(r.get(k) == v for k, v in knobs.items()):
+        if run != but and same and r.get("status") == "ok" and all(r.get(k, defaults[k]) == v for k, v in knobs.items()):
             found.append((run, r))
     return found
 
@@ -894,7 +896,7 @@ def onepass_section() -> str:
     ftable = families_table(fam, list(gaps.values()))
     medians = {"recipe": recipe, "fastest (inline)": study["fastest"], "onepass_cg": run["onepass_cg"]}
     untraced = {k: medians[k]["step_ms_median"] - sum(fam[k].values()) for k in fam}
-    lean_best_run, lean_best = earlier_best("lean", ONEPASS_RUN, loss="chunked")
+    lean_best_run, lean_best = earlier_best("lean", ONEPASS_RUN, loss="chunked", weight_dtype="fp32")
     _, recipe_best = earlier_best("recipe", ONEPASS_RUN)
     recipe_count = len(earlier_runs("recipe", ONEPASS_RUN))
     liger_ms, _ = kernel_ms(ONEPASS_PROFILES, "fastest", "liger_cross_entropy_kernel")
