@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import to_rgba
 import pandas as pd
 import pytest
 
@@ -55,14 +56,18 @@ def test_unmeasured_variants_keep_a_row_that_says_why() -> None:
 
 def test_memory_bars_show_reserved_where_cuda_graphs_hide_the_allocated_peak() -> None:
     rows = [row("eager", peak_mem_allocated_mb=500.0, peak_mem_reserved_mb=600.0),
+            row("big", "oom", "out of memory", peak_mem_allocated_mb=900.0),  # a figure, but no bar: not measured
             row("graphs", peak_mem_allocated_mb=50.0, peak_mem_reserved_mb=700.0, mem_reserved=True),
             row("off", "skipped", "no GPU", mem_reserved=True)]
     fig = memory_figure(rows, "peak_mem_allocated_mb")
     ax = fig.axes[0]
     assert [bar.get_width() for bar in ax.patches] == [500.0, 700.0]  # not the 50 MiB the allocator saw
     assert [bar.get_hatch() for bar in ax.patches] == [None, "//"]
+    assert ax.patches[1].get_facecolor() == (1.0, 1.0, 1.0, 1.0)  # an outline, apart from the filled bars
+    assert ax.patches[1].get_edgecolor() == to_rgba("tab:blue")
     assert [t for t in texts(ax) if t.startswith(" ")] == [" 500", " 700 reserved"]
     assert ax.get_xlabel() == f"{MEMORY_LABELS['peak_mem_allocated_mb']}; {RESERVED_NOTE}"
+    assert ax.get_title() == "Peak memory by variant"
     plt.close(fig)
     fig = memory_figure(rows[:1], "peak_mem_allocated_mb")  # no graphs: the plain label
     assert fig.axes[0].get_xlabel() == MEMORY_LABELS["peak_mem_allocated_mb"]
