@@ -69,17 +69,25 @@ def _height(n_rows: int) -> float:
     return 0.45 * max(n_rows, 2) + 1.2
 
 
-def bar_figure(rows: list[dict[str, Any]], key: str, label: str, title: str) -> Figure:
-    """Horizontal bars of rows[key]; rows without the value get a note in place of a bar."""
+def bar_figure(rows: list[dict[str, Any]], key: str, label: str, title: str, hatched: list[bool] | None = None,
+               hatch_word: str = "") -> Figure:
+    """Horizontal bars of rows[key]; rows without the value get a note in place of a bar. Rows marked in `hatched`
+    are drawn as hatched outlines, their value labels followed by `hatch_word`."""
     values = [r.get(key) if r["status"] == "ok" else None for r in rows]
     has_value = [v is not None for v in values]
+    marks = hatched or [False] * len(rows)
     fig, ax = plt.subplots(figsize=(8, _height(len(rows))))
-    ax.barh([i for i, v in enumerate(values) if v is not None], [v for v in values if v is not None],
-            color="tab:blue")
+    drawn = [i for i, v in enumerate(values) if v is not None]
+    bars = ax.barh(drawn, [values[i] for i in drawn], color="tab:blue")
+    for bar, i in zip(bars, drawn):
+        if marks[i]:
+            bar.set_hatch("//")
+            bar.set_facecolor("white")
+            bar.set_edgecolor("tab:blue")
     for i, (r, v) in enumerate(zip(rows, values)):
         if v is not None:
             speedup = f"  {r['speedup_x']:.2f}x" if key == "tokens_per_sec" and r.get("speedup_x") else ""
-            ax.text(v, i, f" {v:,.0f}{speedup}", va="center", fontsize=8)
+            ax.text(v, i, f" {v:,.0f}{speedup}" + (f" {hatch_word}" if marks[i] else ""), va="center", fontsize=8)
     _variant_axis(ax, rows, has_value)
     _note_unmeasured(ax, rows, has_value)
     ax.set_xlabel(label)
@@ -100,19 +108,7 @@ def memory_figure(rows: list[dict[str, Any]], mem_key: str) -> Figure:
     reserved = [r["status"] == "ok" and bool(r.get("mem_reserved")) for r in rows]
     shown = [{**r, "_mem": memory_of(r, mem_key)} for r in rows]
     label = MEMORY_LABELS[mem_key] + (f"; {RESERVED_NOTE}" if any(reserved) else "")
-    fig = bar_figure(shown, "_mem", label, "Peak memory by variant")
-    ax = fig.axes[0]
-    drawn = [hidden for r, hidden in zip(shown, reserved) if r["status"] == "ok" and r["_mem"] is not None]
-    for bar, hidden in zip(ax.patches, drawn):
-        if hidden:
-            bar.set_hatch("//")
-            bar.set_facecolor("white")
-            bar.set_edgecolor("tab:blue")
-    values = [t for t in ax.texts if t.get_text().startswith(" ")]  # the value labels, in the bars' order
-    for text, hidden in zip(values, drawn):
-        if hidden:
-            text.set_text(text.get_text() + " reserved")
-    return fig
+    return bar_figure(shown, "_mem", label, "Peak memory by variant", hatched=reserved, hatch_word="reserved")
 
 
 def step_time_figure(rows: list[dict[str, Any]], steps: dict[str, pd.DataFrame]) -> Figure:
