@@ -51,6 +51,8 @@ def test_unmeasured_variants_keep_a_row_that_says_why() -> None:
     assert any(n.startswith("oom: out of memory") for n in notes)
     assert any(n.startswith("diverged: loss is nan") for n in notes)
     assert len(ax.patches) == 2  # bars for the two measured variants only
+    assert [t for t in notes if t.startswith(" ")] == [" 1,000  1.00x", " 1,500  1.50x"]  # tokens/s and speedup
+    assert [bar.get_hatch() for bar in ax.patches] == [None, None]  # nothing is hatched unless asked
     plt.close(fig)
 
 
