@@ -220,7 +220,25 @@ def h200_section() -> str:
         "public recipe):",
         "",
         reference_table(),
+        "",
+        fp32_peak_note(fp32),
     ])
+
+
+def fp32_peak_note(fp32: float) -> str:
+    """How this matrix's fp32 peak stands to the reference's and to the other committed fp32 runs at this size."""
+    ref_gib = REFERENCE["fp32_baseline"][1]
+    runs = earlier_runs("fp32_baseline", "")
+    same = [run for run, r in runs if round(r["peak_mem_allocated_mb"]) == round(fp32)]
+    other = [(run, r) for run, r in runs if run not in same]
+    assert all(r.get("grad_accum") is None for _, r in other), "a newer fp32 peak differs"
+    assert other, "every committed fp32 run has this peak: the note below names the ones that do not"
+    return (f"The fp32 peak here, {fp32 / 1024:.1f} GiB, is {ref_gib - fp32 / 1024:.1f} GiB below the reference's "
+            f"{ref_gib} GiB, and the same in {len(same)} of the {len(runs)} committed fp32 runs at this size; "
+            + ", ".join(f"`{run}/` ({r['peak_mem_allocated_mb'] / 1024:.1f} GiB)" for run, r in other)
+            + f" {'ran' if len(other) == 1 else 'all ran'} before the `grad_accum` knob"
+            + (", level with the reference." if all(abs(r["peak_mem_allocated_mb"] / 1024 - ref_gib) < 0.2
+                                                  for _, r in other) else "."))
 
 
 def repeats_section() -> str:
