@@ -1638,8 +1638,16 @@ def small_section() -> str:
     def x(name: str, of: dict = base) -> str:
         return f"{rows[name]['tokens_per_sec'] / of['tokens_per_sec']:.2f}x"
 
-    def verdict(name: str) -> str:
-        return "loses" if rows[name]["tokens_per_sec"] < base["tokens_per_sec"] else "gains"
+    def against(name: str, of: str = "fp32_baseline") -> str:
+        """`name`'s tokens/s over variant `of`'s, and how sure that is."""
+        r, other = rows[name], rows[of]
+        label = {"fp32_baseline": "fp32", "recipe": "the recipe"}.get(of, f"`{of}`")
+        if not (r.get("tokens_per_sec_pi95_low") and other.get("tokens_per_sec_pi95_low")):
+            return f"{x(name, other)} {label} in one run"
+        return f"{x(name, other)} {label}, {intervals(r, other)}"
+
+    def half_width(r: dict) -> float:
+        return 100 * (r["tokens_per_sec_pi95_high"] / r["tokens_per_sec"] - 1)
 
     wait = recipe["step_ms_median"] - graphs["step_ms_median"]
     big = variants(MATRIX)
@@ -1651,15 +1659,23 @@ def small_section() -> str:
     same = same_configurations(measured)
     twins = (f" `{same[0]}` and `{same[1]}` ran the same configuration, and their tokens/s differ by "
              f"{abs(rows[same[1]]['tokens_per_sec'] / rows[same[0]]['tokens_per_sec'] - 1):.0%}." if same else "")
-    half_width = 100 * (recipe["tokens_per_sec_pi95_high"] / recipe["tokens_per_sec"] - 1) if "recipe" in repeated else 0
-    noise = (f"The recipe's next-run interval here is ±{half_width:.1f}%: "
-             "single runs closer to it than that are not told apart from it." + twins if "recipe" in repeated else
+    both = "recipe" in repeated and "cuda_graphs" in repeated
+    noise = (f"The host's pace shows in the spread too: the recipe's next-run interval here is "
+             f"±{half_width(recipe):.0f}%, `cuda_graphs`' ±{half_width(graphs):.0f}%, so single runs closer to a "
+             "row than that are not told apart from it." + twins if both else
              "One run per variant is not enough to tell close rows apart." + twins)
     ours = yaml.safe_load(read("params.yaml"))["variants"]
     then = "" if all(params["variants"][n] == ours[n] for n in ("fastest", "lean")) else \
         " (both as this run defined them, not as `params.yaml` does now)"
-    fastest_how = ("which also replays its step as a graph" if rows["fastest"]["compile_mode"] in CUDA_GRAPH_MODES
-                   else "without CUDA graphs")
+    graphed = rows["fastest"]["compile_mode"] in CUDA_GRAPH_MODES
+    fastest_how = "which also replays its step as a graph" if graphed else "without CUDA graphs"
+    behind = rows["fastest"]["tokens_per_sec"] < graphs["tokens_per_sec"]
+    fastest_here = (f", its median below that of the recipe with graphs alone ({against('fastest', 'cuda_graphs')}): it was "
+                    "chosen at GPT-2 124M, where the GPU's own work decides, and this run profiled only the recipe and "
+                    "`cuda_graphs`, so where it loses here was not measured" if graphed and behind else "")
+    mixed = max(rows["bf16"]["tokens_per_sec"], rows["fp16"]["tokens_per_sec"]) / base["tokens_per_sec"]
+    autocast = ("buys little or nothing" if mixed < 1.15 else "gains") + \
+        f" (bf16 autocast {against('bf16')}; fp16 {against('fp16')})"
     merged_sweep = (ROOT / SMALL / "plots/summary/batch_sweep.png").is_file()
     sweep_png = f"{SMALL}/plots/summary/batch_sweep.png" if merged_sweep else f"{SMALL}/batch_sweep.png"
     profiled = params["profile"]["variants"]
@@ -1674,37 +1690,57 @@ def small_section() -> str:
         "",
         *table,
         "",
-        f"At this size a step is a few milliseconds of small kernels, so the GPU waits on the launches: autocast alone "
-        f"{verdict('bf16')} (bf16 {x('bf16')} fp32, fp16 {x('fp16')}"
-        + (": its casts and the GradScaler's checks are more launches" if verdict("bf16") == "loses" else "")
-        + f"), while what removes launches wins: fused AdamW {x('fused_adamw')} (one kernel over all parameters "
-        f"instead of several per tensor), compile {x('compile')}, the recipe {x('recipe')}. **CUDA graphs are the "
-        f"fix**: replaying the recipe's compiled step as one graph runs it in {graphs['step_ms_median']:.2f} ms against "
-        f"{recipe['step_ms_median']:.2f} ms, {x('cuda_graphs', recipe)} the recipe ({x('cuda_graphs')} fp32), so at "
-        f"least {wait:.2f} ms ({wait / recipe['step_ms_median']:.0%}) of the recipe's step was the GPU waiting for the "
-        f"host. `fastest`, {fastest_how}, runs at {x('fastest', recipe)} the recipe here, and "
-        f"`lean` at {x('lean', recipe)}{then}. At GPT-2 124M the same graphs change the recipe's step by "
+        f"At this size a step is a few milliseconds of small kernels, so the GPU waits on the launches: mixed "
+        f"precision alone {autocast}, while what removes launches wins: fused AdamW (one kernel over all parameters "
+        f"instead of several per tensor) {against('fused_adamw')}; compile {against('compile')}; the recipe "
+        f"{against('recipe')}. **CUDA graphs are the fix**: replaying the recipe's compiled step as one graph runs it "
+        f"in {graphs['step_ms_median']:.2f} ms against {recipe['step_ms_median']:.2f} ms "
+        f"({against('cuda_graphs', 'recipe')}; {x('cuda_graphs')} fp32), so at least {wait:.2f} ms "
+        f"({wait / recipe['step_ms_median']:.0%}) of the recipe's step was the GPU waiting for the host. "
+        f"`fastest`, {fastest_how}, runs here at {against('fastest', 'recipe')}{fastest_here}; `lean` at "
+        f"{against('lean', 'recipe')}{then}. At GPT-2 124M the same graphs change the recipe's step by "
         f"{graphs_124m / recipe_124m - 1:+.1%} ({recipe_124m:.2f} → {graphs_124m:.2f} ms, `{MATRIX}/`): there the "
         "matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
         f"proportion (`ckpt_full` {x('ckpt_full', recipe)} the recipe, `accum_4` {x('accum_4', recipe)}): each adds "
-        f"launches. Batch 64 runs {x('batch_64', recipe)} the recipe's tokens/s at "
-        f"{rows['batch_64']['step_ms_median'] / recipe['step_ms_median']:.2f}x its step time: more work per launch. "
-        + noise,
+        f"launches. Batch 64 runs {x('batch_64', recipe)} the recipe's tokens/s, " + batch_step(rows["batch_64"], recipe)
+        + " " + noise,
         "",
         "![Where the step goes in each regime](results/h200-small/regimes.png)",
         "",
         "`scripts/regime_plot.py` draws it from the committed files: the top bars split a step by what CUDA graphs "
-        "took off it (same run, same kernels); the bottom bars split each regime's traced step by kernel family, "
-        "with the gaps in which the GPU idles (the profiler's own host work widens those), where the run has a "
-        "profile of the recipe"
-        + ("" if "recipe" not in no_profile else " (this one's were cut, so only the 124M bar, from the whole "
-           "matrix's run)")
-        + (". Batch sweep of this run (its aggregate stage's):" if merged_sweep else
-           ". Batch sweep of this run (`scripts/sweep_plot.py`, as its aggregate stage did not run; the stage draws "
+        "took off it (same run, same kernels); the bottom bars split each profiled step by kernel family, with the "
+        "gaps in which the GPU idles (the profiler's own host work widens those, so a traced step is longer than a "
+        "timed one). " + kernels_under_graphs(no_profile)
+        + ("Batch sweep of this run (its aggregate stage's):" if merged_sweep else
+           "Batch sweep of this run (`scripts/sweep_plot.py`, as its aggregate stage did not run; the stage draws "
            "the same figure as `plots/summary/batch_sweep.png`):"),
         "",
         f"![tokens/s and memory against batch at gpt_small]({sweep_png})",
     ])
+
+
+def batch_step(big: dict, recipe: dict) -> str:
+    """How a larger batch's step time compares with the recipe's, in words."""
+    ratio = big["step_ms_median"] / recipe["step_ms_median"]
+    if ratio < 1.1:
+        return (f"its step no longer than the recipe's ({big['step_ms_median']:.2f} against "
+                f"{recipe['step_ms_median']:.2f} ms): {big['batch_size'] // recipe['batch_size']} times the work for "
+                "the same launches.")
+    return f"at {ratio:.2f}x its step time: more work per launch."
+
+
+def kernels_under_graphs(no_profile: list[str]) -> str:
+    """What the gpt_small profiles of the recipe and cuda_graphs say of the GPU's own share of a step."""
+    if {"recipe", "cuda_graphs"} & set(no_profile):
+        return "This run has no profile of the recipe or of `cuda_graphs` at gpt_small (a time limit cut it). "
+    rows = variants(SMALL)
+    kernel_ms = {n: sum(profile_families(n, SMALL).values()) for n in ("recipe", "cuda_graphs")}
+    graphs_ms = rows["cuda_graphs"]["step_ms_median"]
+    return (f"At gpt_small the kernels add up to {kernel_ms['recipe']:.2f} ms per step in the recipe and "
+            f"{kernel_ms['cuda_graphs']:.2f} ms under graphs (the same kernels), so even the graph-replayed step of "
+            f"{graphs_ms:.2f} ms keeps the GPU busy {kernel_ms['cuda_graphs'] / graphs_ms:.0%} of the time: the "
+            "graph covers the compiled forward and backward, and the trace shows the rest of the step running "
+            "eagerly around it (gradient clipping's norm, the optimizer step, zeroing the gradients). ")
 
 
 def n_params(preset: str) -> int:
