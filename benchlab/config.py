@@ -107,6 +107,26 @@ def _compile_mode_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | No
     return None
 
 
+def _compile_update_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | None:
+    """without compile (whose mode it takes); beside fused AdamW, torchao's optimizers or fp16's GradScaler; fsdp2."""
+    if not value:
+        return None
+    if not s.compile:
+        return "compile_update=true compiles the update in compile's mode; set compile=true with it"
+    if s.precision == "fp16":
+        return ("compile_update=true is not wired for precision=fp16 (the GradScaler reads its inf checks on the "
+                "host); set compile_update=false or precision=bf16")
+    if s.adam_state != "fp32" or s.weight_dtype == "bf16_sr":
+        return ("compile_update=true compiles torch's AdamW; adam_state=8bit and weight_dtype=bf16_sr are torchao's, "
+                "with steps compiled their own way; set compile_update=false with them")
+    if s.fused_adamw:
+        return ("compile_update=true compiles AdamW's foreach implementation, which torch.compile traces whole (fused "
+                "AdamW's kernel it leaves outside the graph); set fused_adamw=false with it")
+    if s.parallel == "fsdp2":
+        return "compile_update=true is not wired for fsdp2's sharded gradients; set compile_update=false or parallel=ddp"
+    return None
+
+
 def _fp8_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     """CPU; GPUs before compute capability 8.9; without torchao."""
     if value == "none":
@@ -273,6 +293,12 @@ class RunSettings:
         "default", "torch.compile mode: default; reduce-overhead (CUDA graphs); max-autotune-no-cudagraphs "
         "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
         "5. torch.compile", _compile_mode_skip)
+    compile_update: bool = knob(
+        False, "torch.compile the optimizer update as well, in compile_mode: gradient clipping and torch's AdamW "
+        "(its foreach implementation, which inductor fuses across the parameters; the learning rate held in a "
+        "tensor so the schedule does not recompile it); under reduce-overhead they are replayed as CUDA graphs too, "
+        "so the host no longer launches them one by one",
+        "6. the optimizer; the training step calls the compiled update", _compile_update_skip)
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
         "the batch stream")

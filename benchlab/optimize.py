@@ -7,7 +7,8 @@ random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
 the model, or DDP around the loss head's module, 6. the loss head, wrapped
 whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused,
 8-bit or stochastically rounding AdamW, over the sharded parameters, with gradient clipping folded into
-the fused kernel when asked), 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
+the fused kernel when asked), and the update (clipping and step), compiled in
+the same mode when asked, 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
 modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose
 graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
@@ -22,7 +23,7 @@ import os
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -142,6 +143,11 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
         from benchlab.sr_adamw import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
 
         return OneCallAdamW(groups, lr=train.lr, betas=(0.9, 0.95))
+    if settings.compile_update:
+        # For torch.compile: torch picks the implementation (foreach on a GPU, which dynamo traces whole and makes
+        # capturable), and the learning rate is a tensor on the device, which `set_lr` fills: as a float it would be
+        # a constant of the graph, compiled again each time the schedule changes it.
+        return torch.optim.AdamW(groups, lr=torch.tensor(train.lr, device=params[0].device), betas=(0.9, 0.95))
     if settings.fused_adamw:
         return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), fused=True)
     # foreach=False: the plain per-parameter loop, the unoptimized baseline.
@@ -160,8 +166,11 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
     """torch.compile with the run's mode, or None for eager."""
-    if not settings.compile:
-        return None
+    return in_mode(settings) if settings.compile else None
+
+
+def in_mode(settings: RunSettings) -> "partial[nn.Module]":
+    """torch.compile with the run's compile_mode."""
     return partial(torch.compile, mode=None if settings.compile_mode == "default" else settings.compile_mode)
 
 
@@ -251,6 +260,10 @@ class TrainingRun:
     scaler: torch.amp.GradScaler | None
     device: torch.device
     settings: RunSettings
+    update: Callable[[float], None] = field(init=False)  # the training step's update: clip_and_step, or compiled
+
+    def __post_init__(self) -> None:
+        self.update = self.clip_and_step  # `apply` compiles it under compile_update
 
     def clip_gradients(self, max_norm: float) -> None:
         """Limit the gradients' global 2-norm to max_norm (0: no clipping), as torch's clip_grad_norm_ does.
@@ -267,6 +280,12 @@ class TrainingRun:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads, foreach=True).float()  # the kernel takes an fp32 scale
         self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
+
+    def clip_and_step(self, max_norm: float) -> None:
+        """The optimizer update without a GradScaler: clip the gradients, then step. `compile_update` compiles
+        this (dynamo splits it at the optimizer's own graph breaks: clipping and the step become two graphs)."""
+        self.clip_gradients(max_norm)
+        self.optimizer.step()
 
     def autocast(self) -> AbstractContextManager:
         dtype = autocast_dtype(self.settings)
@@ -306,4 +325,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         loss = loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
                        chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
     optimizer = make_optimizer(model, settings, train)
-    return TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)
+    run = TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)
+    if settings.compile_update:
+        run.update = in_mode(settings)(run.clip_and_step)
+    return run

@@ -107,12 +107,11 @@ def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: fl
         total = loss.detach() if total is None else total + loss.detach()
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
-    run.clip_gradients(grad_clip)
-    if run.scaler is not None:
+        run.clip_gradients(grad_clip)
         run.scaler.step(run.optimizer)
         run.scaler.update()
     else:
-        run.optimizer.step()
+        run.update(grad_clip)
     run.optimizer.zero_grad(set_to_none=True)
     assert total is not None
     return total

@@ -501,3 +501,60 @@ def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
     for a, b in zip(weights["torchao"], weights["one call"]):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
     assert not torch.equal(weights["one call"][0], _one_layer().wte.weight)  # the steps moved the weights
+
+
+def test_compile_update_needs_compile_and_torchs_adamw_without_a_scaler() -> None:
+    graphed = RunSettings(precision="bf16", compile=True, compile_update=True, compile_mode="reduce-overhead")
+    assert unsupported_reason(graphed, H200) is None
+    assert unsupported_reason(RunSettings(compile=True, compile_update=True, parallel="ddp"), CPU) is None
+    assert unsupported_reason(RunSettings(compile_update=True), CPU) == (
+        "compile_update=true compiles the update in compile's mode; set compile=true with it")
+    assert unsupported_reason(RunSettings(compile=True, compile_update=True, precision="fp16"), H200) == (
+        "compile_update=true is not wired for precision=fp16 (the GradScaler reads its inf checks on the host); "
+        "set compile_update=false or precision=bf16")
+    torchao_step = ("compile_update=true compiles torch's AdamW; adam_state=8bit and weight_dtype=bf16_sr are "
+                    "torchao's, with steps compiled their own way; set compile_update=false with them")
+    assert unsupported_reason(RunSettings(compile=True, compile_update=True, adam_state="8bit"), H200) == torchao_step
+    sr = RunSettings(precision="bf16", weight_dtype="bf16_sr", compile=True, compile_update=True)
+    assert unsupported_reason(sr, H200) == torchao_step
+    assert unsupported_reason(RunSettings(compile=True, compile_update=True, fused_adamw=True), H200) == (
+        "compile_update=true compiles AdamW's foreach implementation, which torch.compile traces whole (fused AdamW's "
+        "kernel it leaves outside the graph); set fused_adamw=false with it")
+    assert unsupported_reason(RunSettings(compile=True, compile_update=True, parallel="fsdp2"), H200) == (
+        "compile_update=true is not wired for fsdp2's sharded gradients; set compile_update=false or parallel=ddp")
+
+
+def _weights_under_a_schedule(settings: RunSettings, lrs: tuple[float, ...]) -> tuple[list[torch.Tensor], int]:
+    """The weights after one clipped step per learning rate, and how many graphs dynamo compiled meanwhile."""
+    run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=lrs[0]))
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for lr in lrs:
+        set_lr(run.optimizer, lr)
+        train_step(run, *_batch(), grad_clip=0.05)  # the tiny model's gradient norm is about 1: clipped
+    return [p.detach().clone() for p in run.model.parameters()], \
+        torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+
+
+def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the update is compiled here (its check asks for compile; the model's compile would only slow the test).
+    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    lrs = (0.01, 0.03, 0.002)
+    eager, none = _weights_under_a_schedule(RunSettings(), lrs)
+    compiled, graphs = _weights_under_a_schedule(RunSettings(compile_update=True), lrs)
+    constant, _ = _weights_under_a_schedule(RunSettings(), (0.01, 0.01, 0.01))
+    for a, b in zip(eager, compiled):  # the same arithmetic, fused by inductor: equal up to rounding
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert max((a - b).abs().max().item() for a, b in zip(compiled, constant)) > 1e-3  # the schedule was followed
+    assert none == 0 and 0 < graphs <= 4  # clipping and the step, compiled once each: no recompile per rate
+
+
+def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str | None] = []
+    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: seen.append(mode) or fn)
+    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead", compile_update=True),
+          torch.device("cpu"), TrainParams())
+    assert seen[-1] == "reduce-overhead" and len(seen) == 2  # the loss head, then the update
+    seen.clear()
+    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead"), torch.device("cpu"), TrainParams())
+    assert seen == ["reduce-overhead"]  # the loss head alone
