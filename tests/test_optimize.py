@@ -545,7 +545,8 @@ def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeyp
     for a, b in zip(eager, compiled):  # the same arithmetic, fused by inductor: equal up to rounding
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     assert max((a - b).abs().max().item() for a, b in zip(compiled, constant)) > 1e-3  # the schedule was followed
-    assert none == 0 and 0 < graphs <= 4  # clipping and the step, compiled once each: no recompile per rate
+    # Clipping and the step, compiled once each: a rate held as a float would be compiled again when it first changes.
+    assert none == 0 and graphs == 2
 
 
 def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch) -> None:
