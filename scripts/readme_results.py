@@ -1670,9 +1670,9 @@ def small_section() -> str:
     graphed = rows["fastest"]["compile_mode"] in CUDA_GRAPH_MODES
     fastest_how = "which also replays its step as a graph" if graphed else "without CUDA graphs"
     behind = rows["fastest"]["tokens_per_sec"] < graphs["tokens_per_sec"]
-    fastest_here = (f", its median below that of the recipe with graphs alone ({against('fastest', 'cuda_graphs')}): it was "
-                    "chosen at GPT-2 124M, where the GPU's own work decides, and this run profiled only the recipe and "
-                    "`cuda_graphs`, so where it loses here was not measured" if graphed and behind else "")
+    fastest_here = (f", its median below that of the recipe with graphs alone ({against('fastest', 'cuda_graphs')}): "
+                    "it was chosen at GPT-2 124M, where the GPU's own work decides, and this run profiled only the "
+                    "recipe and `cuda_graphs`, so where it loses here was not measured" if graphed and behind else "")
     mixed = max(rows["bf16"]["tokens_per_sec"], rows["fp16"]["tokens_per_sec"]) / base["tokens_per_sec"]
     autocast = ("buys little or nothing" if mixed < 1.15 else "gains") + \
         f" (bf16 autocast {against('bf16')}; fp16 {against('fp16')})"
@@ -1702,8 +1702,8 @@ def small_section() -> str:
         f"{graphs_124m / recipe_124m - 1:+.1%} ({recipe_124m:.2f} → {graphs_124m:.2f} ms, `{MATRIX}/`): there the "
         "matmuls dominate and the tensor cores decide. The knobs that trade time for memory cost more here in "
         f"proportion (`ckpt_full` {x('ckpt_full', recipe)} the recipe, `accum_4` {x('accum_4', recipe)}): each adds "
-        f"launches. Batch 64 runs {x('batch_64', recipe)} the recipe's tokens/s, " + batch_step(rows["batch_64"], recipe)
-        + " " + noise,
+        f"launches. Batch 64 runs {x('batch_64', recipe)} the recipe's tokens/s, "
+        + batch_step(rows["batch_64"], recipe) + " " + noise,
         "",
         "![Where the step goes in each regime](results/h200-small/regimes.png)",
         "",
@@ -1730,8 +1730,7 @@ def update_section() -> str:
             "gpt2-124m": "GPT-2 124M, batch 16 x 1024, 20 steps (6 warm-up)"}
     rows = {run: variants(f"{UPDATE}/{run}") for run in runs}
     env = load(f"{UPDATE}/small/metrics/env.json")
-    (commit,) = {r["provenance.git_commit"][:7] for rs in rows.values() for r in rs.values()}
-    assert all(r["provenance.tree_clean"] for rs in rows.values() for r in rs.values()), "a record of an unclean tree"
+    (commit,) = set(run_commits(rows).values())  # one commit for the three runs
     table = ["| run | variant | repeats | tokens/s | next run 95% | vs `cuda_graphs` | step ms median | "
              "peak reserved MiB | val loss |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for run, what in runs.items():
@@ -1779,8 +1778,8 @@ def update_section() -> str:
         f"recipe ({intervals(big['update_graphed'], big['recipe'])}): there the GPU's own work is the step. The "
         f"profile of `update_graphed` at gpt_small (`{UPDATE}/small/plots/profiles/`) has {kernels:.2f} ms of "
         f"kernels per step, its optimizer family {optimizer_ms['update_graphed']:.2f} ms against "
-        f"{optimizer_ms['cuda_graphs']:.2f} ms of fused AdamW in `cuda_graphs`' (`{SMALL}/`; inductor folds the foreach update "
-        f"into its own Triton kernels, counted with them), so the GPU still computes for only "
+        f"{optimizer_ms['cuda_graphs']:.2f} ms of fused AdamW in `cuda_graphs`' (`{SMALL}/`; inductor folds the "
+        "foreach update into its own Triton kernels, counted with them), so the GPU still computes for only "
         f"{kernels / step:.0%} of that run's {step:.2f} ms step; where the rest goes was not broken down here.",
     ])
 
