@@ -1,20 +1,54 @@
-"""Loading a checkpoint safely: tensors and plain values only, never pickled code."""
+"""Saving and loading the trained model safely: tensors and plain values only, never pickled code, and a
+checksum of the weights checked on every load.
 
+A bit flipped or a run of bytes overwritten inside the weights leaves torch's zip container intact and
+loads without complaint: the evaluation then records NaN, or a loss only slightly off. The checkpoint
+therefore carries the sha256 of what it holds (the preset, the config and every tensor's name, dtype, shape
+and bytes), and a load that computes another is refused.
+"""
+
+import hashlib
+import json
 import pickle
 import zipfile
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from benchlab.errors import LabError
+from benchlab.io import atomic_path, disk_full
 from model.gpt import GPT, GPTConfig
 
-FORMAT = "benchlab-gpt-v1"
+FORMAT = "benchlab-gpt-v2"  # v2: with the preset and the sha256 of the weights
 RETRAIN = "rerun `dvc repro train`"
 
 
-def load_checkpoint(path: str | Path, data_vocab: int) -> GPT:
-    """The GPT saved by the train stage; refuses missing, foreign, corrupt or unsafe files."""
+def weights_sha256(preset: str, config: dict, state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the preset, the config and each tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256(json.dumps([preset, config], sort_keys=True).encode())
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the raw bytes, whatever the dtype
+    return digest.hexdigest()
+
+
+def save_checkpoint(model: GPT, preset: str, path: str | Path) -> str:
+    """Write the model atomically with its checksum; returns the checksum."""
+    config, state = asdict(model.cfg), model.state_dict()
+    sha256 = weights_sha256(preset, config, state)
+    with atomic_path(path) as tmp:
+        try:
+            torch.save({"format": FORMAT, "preset": preset, "config": config, "model": state, "sha256": sha256}, tmp)
+        except RuntimeError as err:  # torch's zip writer says only "unexpected pos" or "file write failed"
+            raise disk_full(path, err) from None
+    return sha256
+
+
+def load_checkpoint(path: str | Path, data_vocab: int) -> tuple[GPT, dict]:
+    """The GPT saved by the train stage, and what identifies it (preset, checksum); refuses missing, foreign,
+    corrupt or unsafe files."""
     path = Path(path)
     if not path.is_file():
         raise LabError(f"checkpoint {path} not found; {RETRAIN}")
@@ -32,10 +66,16 @@ def load_checkpoint(path: str | Path, data_vocab: int) -> GPT:
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise LabError(f"checkpoint {path} is not a {FORMAT} checkpoint from this lab's train stage; {RETRAIN}")
     try:
+        sha256 = weights_sha256(ckpt["preset"], ckpt["config"], ckpt["model"])
+    except (TypeError, KeyError, AttributeError, RuntimeError, ValueError):
+        raise LabError(f"checkpoint {path} is not a checkpoint this lab wrote (damaged or replaced); {RETRAIN}") from None
+    if sha256 != ckpt.get("sha256"):
+        raise LabError(f"checkpoint {path} does not match the sha256 it carries: its weights are damaged; {RETRAIN}")
+    try:
         model = GPT(GPTConfig(**ckpt["config"]))
         model.load_state_dict(ckpt["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
         raise LabError(f"checkpoint {path} does not match the model ({str(err).splitlines()[0]}); {RETRAIN}") from None
     if data_vocab > model.cfg.vocab_size:  # type: ignore[operator]
         raise LabError(f"checkpoint {path} knows {model.cfg.vocab_size} tokens but the data has {data_vocab}; {RETRAIN}")
-    return model
+    return model, {"model": ckpt["preset"], "checkpoint_sha256": sha256}

@@ -18,6 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from benchlab import presets
 from benchlab.errors import LabError
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
@@ -59,9 +60,21 @@ class DeviceFacts:
     cxx: bool = False  # a C++ compiler for inductor on CPU
     torchao: bool = False
     liger: bool = False
+    liger_version: str | None = None  # the installed liger-kernel's version (loss=onepass calls an internal kernel)
     cce: bool = False  # cut-cross-entropy installed
     gpu_count: int = 0
     cpu_count: int = 1  # cores: on a CPU, gloo ranks beyond them would only time each other's waiting
+
+
+# What a skip for a missing extra tells the user to run: on a GPU the file with every GPU extra (it leaves the CUDA
+# build of torch in place), on a CPU the plain install (torchao is all a CPU variant may lack).
+GPU_INSTALL = "pip install -r requirements-gpu.txt"
+CPU_INSTALL = "pip install -r requirements.txt"
+
+
+def install_hint(d: DeviceFacts) -> str:
+    """The command that installs what a variant lacks on this device."""
+    return GPU_INSTALL if d.kind == "cuda" else CPU_INSTALL
 
 
 # A knob's check: (its value, all settings, the device) -> why it cannot run, or None.
@@ -74,12 +87,11 @@ def knob(default: Any, doc: str, applied: str, skip: SkipCheck | None = None) ->
 
 
 def _precision_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """fp16, tf32: on CPU; bf16: GPUs without bf16; tf32: GPUs before Ampere."""
+    """fp16: on CPU; bf16: GPUs without bf16; tf32: GPUs before Ampere. A CPU has no TF32 units: there tf32
+    computes exactly as fp32 does (so it can serve as parity's reference on every device)."""
     if d.kind == "cpu":
         if value == "fp16":
             return "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
-        if value == "tf32":
-            return "precision=tf32 is a CUDA tensor-core mode (Ampere or newer); on CPU it would time fp32 again"
         return None
     major = d.capability[0] if d.capability else 0
     if value == "bf16" and not d.bf16:
@@ -137,7 +149,7 @@ def _fp8_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     if (d.capability or (0, 0)) < (8, 9):
         return f"fp8={value} needs compute capability 8.9 or newer; {d.name} is {d.capability}"
     if not d.torchao:
-        return f"fp8={value} needs torchao (pip install torchao); or set fp8=none"
+        return f"fp8={value} needs torchao ({GPU_INSTALL}); or set fp8=none"
     return None
 
 
@@ -150,7 +162,7 @@ def _adam_state_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None
     if d.kind == "cpu":
         return "adam_state=8bit (torchao's AdamW8bit) is timed on CUDA GPUs only; use adam_state=fp32 on CPU"
     if not d.torchao:
-        return "adam_state=8bit needs torchao (pip install torchao); or set adam_state=fp32"
+        return f"adam_state=8bit needs torchao ({GPU_INSTALL}); or set adam_state=fp32"
     return None
 
 
@@ -168,11 +180,10 @@ def _fused_clip_skip(value: bool, s: "RunSettings", d: DeviceFacts) -> str | Non
 
 
 def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
-    """fused, cce: on CPU, and without their library; onepass: on CUDA without liger-kernel (its CPU path is torch's)."""
+    """fused, cce: on CPU, and without their library; onepass: on CUDA without liger-kernel, or with another
+    version of it than the one its internal kernel call was written for (its CPU path is torch's)."""
     if value == "onepass":
-        if d.kind == "cuda" and not d.liger:
-            return "loss=onepass runs liger-kernel's cross-entropy kernel on CUDA (pip install liger-kernel); or use loss=inline"
-        return None
+        return _onepass_liger_skip(d) if d.kind == "cuda" else None
     library = {"fused": ("liger-kernel", d.liger), "cce": ("cut-cross-entropy", d.cce)}.get(value)
     if library is None:
         return None
@@ -180,7 +191,28 @@ def _loss_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | None:
     if d.kind == "cpu":
         return f"loss={value} is a Triton kernel ({name}) that needs a CUDA GPU; use loss=chunked on CPU"
     if not installed:
-        return f"loss={value} needs {name} (pip install {name}); or use loss=chunked"
+        return f"loss={value} needs {name} ({GPU_INSTALL}); or use loss=chunked"
+    return None
+
+
+# The liger-kernel release benchlab/onepass.py was written against: it calls an internal kernel of it by keyword,
+# whose arguments change between releases. Declared here, with the skip rule that reads it, and imported by
+# onepass.py: this module may not import onepass (torch and the model would become every stage's dependencies).
+# requirements-gpu.txt pins the same release (tests/test_requirements.py holds them equal).
+ONEPASS_LIGER_VERSION = "0.8.5"
+
+
+def _onepass_liger_skip(d: DeviceFacts) -> str | None:
+    """Why loss=onepass cannot call liger-kernel's kernel on this CUDA device: not installed, or not the release
+    whose internal kernel signature benchlab/onepass.py calls (another one may take other arguments)."""
+    wanted = ONEPASS_LIGER_VERSION
+    if not d.liger:
+        return (f"loss=onepass runs liger-kernel {wanted}'s cross-entropy kernel on CUDA, and liger-kernel is "
+                f"not installed ({GPU_INSTALL}); or use loss=inline")
+    if d.liger_version != wanted:
+        installed = d.liger_version or "of unknown version"
+        return (f"loss=onepass calls liger-kernel {wanted}'s internal cross-entropy kernel; liger-kernel {installed} "
+                f"is installed ({GPU_INSTALL}); or use loss=inline")
     return None
 
 
@@ -222,7 +254,7 @@ def _weight_dtype_skip(value: str, s: "RunSettings", d: DeviceFacts) -> str | No
         return ("weight_dtype=bf16_sr is torchao's AdamW with stochastic rounding, its own compiled step; set "
                 "fused_adamw=false and adam_state=fp32 with it")
     if not d.torchao:
-        return "weight_dtype=bf16_sr needs torchao (pip install torchao); or set weight_dtype=bf16"
+        return f"weight_dtype=bf16_sr needs torchao ({install_hint(d)}); or set weight_dtype=bf16"
     if d.kind == "cpu" and not d.cxx:
         return "weight_dtype=bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)"
     return None
@@ -243,7 +275,7 @@ class RunSettings:
     """
 
     precision: Precision = knob(
-        "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)",
+        "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls; fp32 on a CPU), fp16 (autocast + GradScaler), bf16 (autocast)",
         "2. matmul flags; 7. autocast and GradScaler", _precision_skip)
     weight_dtype: WeightDtype = knob(
         "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
@@ -423,6 +455,10 @@ class BenchParams:
     """Largest relative gap between the medians of the timed window's halves before a warning."""
     lock: LockMode = "wait"
     """Another timing holds this device: wait for it, or fail at once with a message naming its holder."""
+    memory_cap_gib: float = 0.0
+    """GiB of GPU memory each timing may use (torch.cuda.set_per_process_memory_fraction), so a larger GPU
+    answers for a smaller card; 0: no cap. What torch's allocator may hold: on a real card of that size the
+    CUDA context takes a few hundred MiB more."""
 
     def __post_init__(self) -> None:
         _check(self.warmup_steps >= 1, "bench.warmup_steps", self.warmup_steps, "1 or more")
@@ -432,6 +468,8 @@ class BenchParams:
         )
         _check(self.repeats >= 1, "bench.repeats", self.repeats, "1 or more")
         _check(self.steady_tolerance > 0, "bench.steady_tolerance", self.steady_tolerance, "a positive fraction")
+        _check(self.memory_cap_gib >= 0, "bench.memory_cap_gib", self.memory_cap_gib,
+               "0 (no cap) or the GiB of the card to answer for, e.g. 24")
 
 
 @dataclass(frozen=True)
@@ -441,6 +479,12 @@ class EvalParams:
 
     def __post_init__(self) -> None:
         _check(self.batches > 0, "eval.batches", self.batches, "a positive integer")
+
+
+# Defaults of aggregate.fallback_baselines and aggregate.ours. Left at its default, a list may name variants a
+# matrix does not have (a subset run); a list the user sets must name variants only.
+DEFAULT_FALLBACKS = ("recipe",)
+DEFAULT_OURS = ("fastest", "lean")
 
 
 @dataclass(frozen=True)
@@ -455,7 +499,15 @@ class AggregateParams:
     allow_mixed_env: bool = False
     """Let one table hold results measured in different environments."""
     allow_mixed_source: bool = False
-    """Let one table hold results measured from different source code (or a modified tree)."""
+    """Let one table hold results measured from different source code. Code with uncommitted changes, the same
+    for every row, is not refused: each such row is flagged in the summary and the report."""
+    fallback_baselines: list[str] = field(default_factory=lambda: list(DEFAULT_FALLBACKS))
+    """Where `baseline` did not run ok (out of memory under bench.memory_cap_gib, skipped), ratios are taken
+    against the first of these that did; the summary says which and why."""
+    reference: str = "recipe"
+    """The variant the report's plots draw as a reference line; none where it is no variant or did not run ok."""
+    ours: list[str] = field(default_factory=lambda: list(DEFAULT_OURS))
+    """Variants the report groups and colours as our own, apart from the seed's matrix and the recipe's knobs."""
 
     def __post_init__(self) -> None:
         _check(self.loss_tolerance > 0, "aggregate.loss_tolerance", self.loss_tolerance, "a positive number")
@@ -471,6 +523,34 @@ class ProfileParams:
 
     def __post_init__(self) -> None:
         _check(self.steps > 0, "profile.steps", self.steps, "a positive integer")
+
+
+@dataclass(frozen=True)
+class ParityParams:
+    reference: str = "tf32"
+    """The variant every parity variant is compared with; trained twice, with each of `seeds`' batch orders."""
+    variants: list[str] = field(default_factory=list)
+    """Variants trained for parity, one `parity@<name>` stage each (dvc.yaml reads this list itself)."""
+    steps: int = 150
+    """Optimizer steps of every parity run (the learning-rate schedule spans them)."""
+    tail_steps: int = 30
+    """The verdict compares the mean training loss over a run's last this many steps."""
+    tolerance: float = 0.05
+    """Nats the variant's tail loss may differ from the reference's; set it above the reference's own
+    gap between its two batch orders (the stage shows both), else no verdict is given."""
+    seeds: list[int] = field(default_factory=lambda: [1, 2])
+    """Two batch-order seeds: the reference runs with both, each variant with the first. The initial weights
+    always come from `seed`."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 2, "parity.steps", self.steps, "2 or more")
+        _check(1 <= self.tail_steps <= self.steps, "parity.tail_steps", self.tail_steps,
+               f"between 1 and parity.steps={self.steps}")
+        _check(self.tolerance > 0, "parity.tolerance", self.tolerance, "a positive number of nats, e.g. 0.05")
+        _check(len(self.seeds) == 2 and self.seeds[0] != self.seeds[1], "parity.seeds", self.seeds,
+               "two different integers, e.g. [1, 2]")
+        _check(self.reference not in self.variants, "parity.variants", self.variants,
+               f"variants other than the reference {self.reference} (its two seeds are its own check)")
 
 
 @dataclass(frozen=True)
@@ -492,16 +572,30 @@ class Params:
     variants: dict[str, RunSettings] = field(default_factory=dict)
     aggregate: AggregateParams = field(default_factory=AggregateParams)
     profile: ProfileParams = field(default_factory=ProfileParams)
+    parity: ParityParams = field(default_factory=ParityParams)
+    preset: str = "cpu"
+    """The preset whose values replaced params.yaml's own (benchlab.presets); cpu: none replaced."""
 
     def __post_init__(self) -> None:
+        _check(bool(self.variants), "variants", self.variants,
+               "at least one variant, e.g. `fp32_baseline: {}` (the matrix the bench and aggregate stages run)")
         for name in self.variants:
             _check(bool(SAFE_NAME.fullmatch(name)), "variants", name,
                    "names of letters, digits and underscores (not starting with a digit), at most 64 long")
         if self.variants:
             _check(self.aggregate.baseline in self.variants, "aggregate.baseline", self.aggregate.baseline,
                    ", ".join(self.variants))
+            for key, names, default in (("aggregate.fallback_baselines", self.aggregate.fallback_baselines,
+                                         DEFAULT_FALLBACKS), ("aggregate.ours", self.aggregate.ours, DEFAULT_OURS)):
+                for name in names if tuple(names) != default else ():
+                    _check(name in self.variants, key, name, ", ".join(self.variants))
         for name in self.profile.variants:
             _check(name in self.variants, "profile.variants", name, ", ".join(self.variants) or "(no variants)")
+        parity = [("parity.reference", self.parity.reference)] if self.parity.variants else []
+        for key, name in [*parity, *(("parity.variants", n) for n in self.parity.variants)]:
+            _check(name in self.variants, key, name, ", ".join(self.variants) or "(no variants)")
+            _check(self.variants[name].parallel == "none", key, name,
+                   "a one-process variant (parity trains in one process; run a parallel variant's one-process counterpart)")
         for where, settings in [("", self.run), *((f"variants.{n}.", s) for n, s in self.variants.items())]:
             _check_combination(where, settings, self.batch_size(settings))
 
@@ -635,23 +729,42 @@ def parse(cls: type, data: Any, prefix: str = "") -> Any:
 
 
 def parse_params(data: Any) -> Params:
-    """Params from params.yaml's mapping: the knobs at the top level are gathered into `run`."""
+    """Params from params.yaml's mapping, with the chosen preset's values in place (benchlab.presets).
+
+    params.yaml's own values are checked, then each preset's as they would be used, so a bad value in any
+    preset is named (`presets.<name>: ...`) before any work, whichever preset is chosen.
+    """
     if not isinstance(data, dict):
         raise LabError(f"params.yaml must be a mapping, got {data!r}")
+    name, resolved, _ = presets.resolve(data)
+    base = {k: v for k, v in data.items() if k not in ("preset", "presets")}
+    chosen = _parse_resolved(base, "cpu")
+    for other, values in (data.get("presets") or {}).items():
+        try:
+            parsed = _parse_resolved(presets.merged(base, values or {}), str(other))
+        except LabError as err:
+            raise LabError(f"presets.{other}: {err}") from None
+        if other == name:
+            chosen = parsed
+    return chosen
+
+
+def _parse_resolved(data: dict, preset: str) -> Params:
+    """Params from a mapping with no preset keys left: the knobs at the top level are gathered into `run`."""
     if "run" in data:
         raise LabError(f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}")
     if "batch_size" in data:
         raise LabError("batch_size=... at the top level is not valid; set train.batch_size (variants set batch_size)")
     knobs = {k: v for k, v in data.items() if k in KNOBS}
     rest = {k: v for k, v in data.items() if k not in KNOBS}
-    sections = {f.name for f in fields(Params)} - {"run"}
+    sections = {f.name for f in fields(Params)} - {"run", "preset"}
     for key in rest:
         if key not in sections:
-            valid = ", ".join(sorted(sections | set(KNOBS) - {"batch_size"}))
+            valid = ", ".join(sorted(sections | {"preset", "presets"} | set(KNOBS) - {"batch_size"}))
             raise LabError(f"unknown key {key!r}; valid keys: {valid}")
     hints = get_type_hints(Params)
     kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
-    return Params(run=parse(RunSettings, knobs), **kwargs)
+    return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

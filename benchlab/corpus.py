@@ -25,8 +25,11 @@ import gzip
 import hashlib
 import json
 import math
+import os
+import stat
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,7 +39,7 @@ import numpy as np
 
 from benchlab.config import DataParams
 from benchlab.errors import LabError
-from benchlab.io import atomic_path, file_sha256, write_json
+from benchlab.io import atomic_path, disk_full, file_sha256, write_json
 
 PIECE_BYTES = 256 * 1024  # bounded reads; a batch of them keeps both Rust threads busy
 BATCH_BYTES = 4 * 1024 * 1024  # text per encode call: ~1.4M tokens, ~100 MB of Encoding objects
@@ -72,9 +75,58 @@ def file_format(path: Path, fmt: str) -> str:
     return "text"
 
 
+# What stat calls each kind of file that is neither a regular file nor a folder.
+SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+           (stat.S_ISSOCK, "a socket"))
+
+
+def special_files(root: str | Path) -> Iterator[tuple[Path, str]]:
+    """Each path under `root` (itself included) that is not a regular file or a folder, with what it is.
+
+    Links are followed, as DVC follows them when it hashes the corpus; only metadata is read (stat), never a
+    file's bytes, so a device or a FIFO is named here without being opened."""
+    seen: set[tuple[int, int]] = set()
+    todo = [Path(root)]
+    while todo:
+        path = todo.pop()
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            yield path, "a broken link"
+            continue
+        except OSError as err:  # a link loop (ELOOP), a folder we may not read
+            yield path, f"unreadable ({err.strerror})"
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:  # a link back up the tree: DVC would loop, we need not
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            try:
+                todo.extend(sorted((Path(e.path) for e in os.scandir(path)), reverse=True))
+            except OSError as err:
+                yield path, f"unreadable ({err.strerror})"
+        elif not stat.S_ISREG(st.st_mode):
+            yield path, next(kind for test, kind in SPECIAL if test(st.st_mode))
+
+
+def check_regular(corpus: str | Path) -> None:
+    """Refuse a corpus holding a device, a FIFO, a socket or a broken link, naming it and saying to remove it.
+
+    DVC hashes data.corpus by reading every file under it: a link to /dev/zero or a FIFO in the folder hangs
+    `dvc repro`, `dvc exp run` and `dvc status` for good. The env stage, which DVC runs first, calls this."""
+    found = list(special_files(corpus)) if os.path.lexists(corpus) else []
+    if found:
+        path, kind = found[0]
+        link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+        more = f", and {len(found) - 1} more such" if len(found) > 1 else ""
+        raise LabError(f"data.corpus={str(corpus)!r} holds {path}, {kind}{link}{more}: DVC would hang reading it "
+                       f"while hashing the corpus; remove it (rm {path}) or point data.corpus at regular files only")
+
+
 def corpus_files(path: str | Path, fmt: str = "auto") -> list[Path]:
     """The corpus's files: the file itself, or a folder's files of the format, recursively, in sorted order."""
     path = Path(path)
+    check_regular(path)
     if path.is_file():
         return [path]
     formats = list(TEXT_SUFFIXES) if fmt == "auto" else [fmt]
@@ -178,7 +230,7 @@ def jsonl_pieces(file: Path, field: str, piece_bytes: int, done: int) -> Iterato
             if not isinstance(record, dict) or field not in record:
                 raise LabError(f"{where} has no {field!r} field; set data.text_field to the key that holds the text")
             yield from split_document(_document_text(record[field], field, where), piece_bytes, done + raw.tell())
-    except (gzip.BadGzipFile, EOFError, OSError) as err:
+    except (gzip.BadGzipFile, EOFError, OSError, zlib.error) as err:
         raise LabError(f"{file} cannot be read ({err}); re-download it, or decompress it by hand if it is gzip") from None
     finally:
         stream.close()
@@ -198,8 +250,16 @@ def parquet_pieces(file: Path, field: str, piece_bytes: int, done: int) -> Itera
     if field not in pf.schema_arrow.names:
         raise LabError(f"{file} has no column {field!r}; set data.text_field to one of: {', '.join(pf.schema_arrow.names)}")
     rows, size, row = max(pf.metadata.num_rows, 1), file.stat().st_size, 0
-    for batch in pf.iter_batches(batch_size=1024, columns=[field]):
-        for value in batch.column(0).to_pylist():
+    batches = pf.iter_batches(batch_size=1024, columns=[field])
+    while True:
+        try:  # the footer read fine, but a data page may still be damaged: pyarrow finds out as it decodes
+            values = next(batches).column(0).to_pylist()
+        except StopIteration:
+            return
+        except Exception as err:  # pyarrow's ArrowInvalid / OSError family, or text that is not UTF-8
+            raise LabError(f"{file} has a damaged data page after row {row} ({str(err).splitlines()[0][:200]}); "
+                           "re-download it or pick another data.corpus") from None
+        for value in values:
             row += 1
             yield from split_document(_document_text(value, field, f"{file} row {row}"), piece_bytes,
                                       done + size * row // rows)
@@ -400,7 +460,10 @@ def prepare(data: DataParams, out_dir: str | Path, piece_bytes: int = PIECE_BYTE
     with atomic_path(out / "train.bin") as train_tmp, atomic_path(out / "val.bin") as val_tmp:
         with train_tmp.open("wb") as f:
             for tokens, done in encode_stream(tok, corpus_pieces(files, data, piece_bytes), eot_id, dtype, batch_bytes):
-                tokens.tofile(f)
+                try:
+                    tokens.tofile(f)
+                except OSError as err:  # numpy's says only "N requested and M written"
+                    raise disk_full(out / "train.bin", err) from None
                 total += len(tokens)
                 progress.update(done, total)
         progress.update(disk_bytes, total, final=True)
@@ -410,7 +473,10 @@ def prepare(data: DataParams, out_dir: str | Path, piece_bytes: int = PIECE_BYTE
         split_tail(train_tmp, val_tmp, n_val, dtype.itemsize)
     with atomic_path(out / "tokenizer.json") as tmp:
         tok.encode_special_tokens = False  # saved as trained; readers choose how to treat special tokens
-        tok.save(str(tmp))
+        try:
+            tok.save(str(tmp))
+        except Exception as err:  # the library raises plain Exception("... (os error 28)")
+            raise disk_full(out / "tokenizer.json", err) from None
 
     meta: dict = {
         "corpus": str(data.corpus), "corpus_format": ",".join(sorted({file_format(f, data.format) for f in files})), "corpus_files": len(files),

@@ -31,9 +31,17 @@ def _load_split(folder: Path, name: str, meta: dict, vocab: int, dtype: np.dtype
     path = folder / f"{name}.bin"
     if not path.is_file():
         raise LabError(f"{path} is missing; {RERUN}")
-    expected = meta[f"{name}_tokens"] * dtype.itemsize
-    if path.stat().st_size != expected:
-        raise LabError(f"{path} has {path.stat().st_size} bytes but meta.json says {expected}: truncated or replaced; {RERUN}")
+    count, size = meta[f"{name}_tokens"], path.stat().st_size
+    if size % dtype.itemsize:
+        raise LabError(f"{path} has {size} bytes, not a whole number of {dtype.name} tokens "
+                       f"({dtype.itemsize} bytes each): truncated or replaced; {RERUN}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise LabError(f"{folder / 'meta.json'} gives {name}_tokens={count!r}, not a count of tokens; {RERUN}")
+    if size != count * dtype.itemsize:
+        raise LabError(f"{path} has {size} bytes but meta.json says {count * dtype.itemsize}: truncated or replaced; {RERUN}")
+    if size == 0:  # numpy cannot map an empty file, and no window fits in one
+        raise LabError(f"{path} holds no tokens: the corpus was too small or the file was emptied; {RERUN} "
+                       "from a larger data.corpus")
     if file_sha256(path) != meta[f"{name}_sha256"]:
         raise LabError(f"{path} does not match the sha256 in meta.json: corrupted or edited; {RERUN}")
     arr = np.memmap(path, dtype=dtype, mode="r")

@@ -7,6 +7,7 @@ and software. `provenance()` adds what identifies one run (commit, date).
 """
 
 import hashlib
+import importlib.metadata
 import os
 import platform
 import shutil
@@ -56,6 +57,29 @@ def _run(cmd: list[str]) -> str | None:
     return out or None
 
 
+# The libraries besides torch (recorded as "torch") that a variant may run: the environment's key for each, and its
+# distribution name. A change to any of them may change a timing, and so reruns the timing stages.
+LIBRARIES = {"triton": "triton", "torchao": "torchao", "liger_kernel": "liger-kernel",
+             "cut_cross_entropy": "cut-cross-entropy", "nvidia_ml_py": "nvidia-ml-py"}
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of a distribution, from its metadata (importing it could load its kernels), or None
+    when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as torch was built with it ("2.27.7"), where CUDA is available; else None."""
+    if not torch.cuda.is_available():
+        return None
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def environment() -> dict:
     """Hardware and software that a timing depends on; stable across runs on one machine."""
     env = {
@@ -72,6 +96,8 @@ def environment() -> dict:
         "cuda": torch.version.cuda,
         "gpu": None, "gpu_count": 0, "gpu_capability": None, "driver": None, "cudnn": None,
         "gpu_topology": None,  # `nvidia-smi topo -m`: how the GPUs are linked (NVLink NV#, PCIe PIX/PHB/SYS)
+        **{key: package_version(name) for key, name in LIBRARIES.items()},  # None: not installed
+        "nccl": nccl_version(),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
@@ -94,8 +120,11 @@ def source_sha256(root: Path = ROOT) -> str:
 
 
 def tree_clean(root: Path = ROOT) -> bool | None:
-    """Whether git sees no uncommitted change to the sources, params or dvc.yaml; None outside a git checkout."""
-    status = _run(["git", "-C", str(root), "status", "--porcelain", "--", *SOURCE_DIRS, "dvc.yaml", "params.yaml"])
+    """Whether git sees no uncommitted change to the code a stage runs (SOURCE_DIRS); None outside a git checkout.
+
+    params.yaml and dvc.yaml do not count: DVC records the params each stage read and reruns it when they
+    change, so adding a variant leaves every result's code committed."""
+    status = _run(["git", "-C", str(root), "status", "--porcelain", "--", *SOURCE_DIRS])
     if status is None:
         inside = _run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"])
         return True if inside == "true" else None

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from benchlab.errors import LabError
+
 MB = 1024 * 1024
 
 
@@ -55,6 +57,25 @@ def reset_peaks(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def cap_memory(device: torch.device, cap_gib: float) -> None:
+    """Let torch's allocator on this GPU hold at most `cap_gib` GiB (0: no cap, the whole card).
+
+    torch.cuda.set_per_process_memory_fraction makes an allocation past the cap raise the same OOM that a
+    card of that size would. The CUDA context and library workspaces sit outside the allocator, so a real card
+    of that size has a few hundred MiB less to give.
+    """
+    if cap_gib <= 0:
+        return
+    if device.type != "cuda":
+        raise LabError(f"bench.memory_cap_gib={cap_gib:g} caps a GPU's memory, but this run is on the "
+                       f"{device.type}; set bench.memory_cap_gib=0")
+    total = torch.cuda.get_device_properties(device).total_memory
+    if cap_gib * 2**30 > total:
+        raise LabError(f"bench.memory_cap_gib={cap_gib:g} is more than {torch.cuda.get_device_name(device)}'s "
+                       f"{total / 2**30:.1f} GiB; set at most {total / 2**30:.1f}, or 0 for no cap")
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total, device)
 
 
 def current_mb(device: torch.device) -> float:

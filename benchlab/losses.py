@@ -258,7 +258,7 @@ def _liger_loss() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError as err:  # checked by the knob's device check; kept for direct callers
-        raise RuntimeError("loss=fused needs liger-kernel: pip install liger-kernel") from err
+        raise RuntimeError("loss=fused needs liger-kernel: pip install -r requirements-gpu.txt") from err
     liger = LigerFusedLinearCrossEntropyLoss()
     return lambda hidden, weight, targets: liger(weight, hidden, targets)
 
@@ -267,5 +267,5 @@ def _cce_loss() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Te
     try:
         from cut_cross_entropy import linear_cross_entropy
     except ImportError as err:  # checked by the knob's device check; kept for direct callers
-        raise RuntimeError("loss=cce needs cut-cross-entropy: pip install cut-cross-entropy") from err
+        raise RuntimeError("loss=cce needs cut-cross-entropy: pip install -r requirements-gpu.txt") from err
     return lambda hidden, weight, targets: linear_cross_entropy(hidden, weight, targets, filter_eps=None)

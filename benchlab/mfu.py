@@ -12,17 +12,32 @@ fp32 and bf16 rows are on one scale. Unknown devices, CPUs included, get no
 MFU rather than a guessed one.
 """
 
+import re
+
 from model.gpt import GPTConfig
 
-# Dense (no sparsity) bf16 tensor-core TFLOP/s, vendor datasheets. Checked in
-# order; the first name found in torch.cuda.get_device_name() wins.
-PEAK_BF16_TFLOPS: list[tuple[str, float]] = [
-    ("H200", 989.0),
-    ("H100 PCIe", 756.0),
-    ("H100", 989.0),  # SXM
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L4", 121.0),
+# Dense (no 2:4 sparsity) bf16 tensor-core TFLOP/s, each the vendor's datasheet figure for that card: the
+# datasheets quote sparse rates first, so the dense one is the figure before "with sparsity" or half of it.
+# GeForce cards run bf16 with fp32 accumulation, what torch's matmuls use, at half their fp16-accumulate rate;
+# their whitepapers list both, and the fp32-accumulate one is taken here.
+# Each pattern is searched for in torch.cuda.get_device_name(); the first that matches wins. Word boundaries keep
+# "L4" from matching "L40S", "A10" from "A100" or "A10G", "H200" from "GH200"; the GeForce patterns end at the
+# name's end, so a Ti, a D or a Laptop GPU (other chips or clocks) gets no figure rather than a wrong one.
+PEAK_BF16_TFLOPS: list[tuple[str, float, str]] = [
+    (r"GeForce RTX 3090$", 71.0, "NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090"),
+    (r"GeForce RTX 4090$", 165.2, "NVIDIA Ada GPU architecture whitepaper, RTX 4090"),
+    (r"GeForce RTX 5090$", 209.5, "NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090"),
+    (r"\bL4\b", 121.0, "NVIDIA L4 Tensor Core GPU datasheet (242 with sparsity)"),
+    (r"\bL40S\b", 362.05, "NVIDIA L40S datasheet (733 with sparsity)"),
+    (r"\bA10\b", 125.0, "NVIDIA A10 Tensor Core GPU datasheet (250 with sparsity)"),
+    (r"\bA100\b", 312.0, "NVIDIA A100 Tensor Core GPU datasheet, SXM and PCIe alike (624 with sparsity)"),
+    (r"\bH100\b.*\bPCIe\b", 756.0, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (1,513 with sparsity)"),
+    (r"\bH100\b.*\bNVL\b", 835.5, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (1,671 with sparsity)"),
+    (r"\bH100\b", 989.0, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (1,979 with sparsity)"),
+    (r"\bH200\b.*\bNVL\b", 835.5, "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (1,671 with sparsity)"),
+    (r"\bH200\b", 989.0, "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (1,979 with sparsity)"),
+    (r"\bB200\b", 2250.0, "NVIDIA HGX B200 datasheet, per GPU (36 PFLOPS with sparsity for eight)"),
+    (r"\bMI300X\b", 1307.4, "AMD Instinct MI300X data sheet (2,614.9 with sparsity)"),
 ]
 
 
@@ -35,8 +50,8 @@ def peak_tflops(device_name: str | None) -> float | None:
     """The datasheet dense bf16 peak for a device name, or None when we have no sourced figure."""
     if not device_name:
         return None
-    for key, tflops in PEAK_BF16_TFLOPS:
-        if key in device_name:
+    for pattern, tflops, _datasheet in PEAK_BF16_TFLOPS:
+        if re.search(pattern, device_name.strip()):
             return tflops
     return None
 

@@ -32,6 +32,7 @@ import torch.distributed
 import torch.nn as nn
 
 from benchlab.config import CUDA_GRAPH_MODES, DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
+from benchlab.env import package_version
 from benchlab.errors import LabError
 from benchlab.losses import BodyThenHead, LossFn, loss_fn
 from model.gpt import GPT
@@ -56,7 +57,8 @@ def device_facts(device: torch.device) -> DeviceFacts:
     return DeviceFacts(
         kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
         bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
-        liger=installed["liger_kernel"], cce=installed["cut_cross_entropy"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
+        liger=installed["liger_kernel"], liger_version=package_version("liger-kernel"),
+        cce=installed["cut_cross_entropy"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
     )
 
 

@@ -20,7 +20,7 @@ BUSY_OTHERS_PCT = 20.0
 METRIC_KEYS = (
     "tokens_per_sec", "tokens_per_sec_per_gpu", "world_size", "tokens_per_sec_wall", "host_overhead_pct", "step_ms_median", "step_ms_p90",
     "peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb", "mfu_pct", "warmup_s",
-    "final_train_loss", "val_loss", "val_perplexity",
+    "final_train_loss", "val_loss", "val_perplexity", "power_w_mean", "tokens_per_joule",
 )
 
 # The learning-parity check's window (README "learning parity"): a run's mean training loss over its last 50
@@ -39,7 +39,7 @@ def resolved_params(p: Params, settings: RunSettings) -> dict[str, Any]:
     d = asdict(p)
     d.pop("run")
     d.update(asdict(settings))
-    for unused in ("variants", "aggregate", "profile"):
+    for unused in ("variants", "aggregate", "profile", "parity"):
         d.pop(unused)
     return flat("params", d)
 
@@ -53,6 +53,7 @@ def base_record(name: str, p: Params, settings: RunSettings, device: str, env: d
         "batch_size": p.batch_size(settings),
         "block_size": p.train.block_size,
         "tokens_per_step": p.batch_size(settings) * p.train.block_size,
+        "memory_cap_gib": p.bench.memory_cap_gib,  # 0: none; the card size this row answers for
         **flat("env", env),
         **prov,
         **resolved_params(p, settings),
@@ -70,8 +71,10 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     first = runs[0]
     out = {**base, "repeats": len(runs), "steps": len(first.step_ms) or len(first.losses),
            "warmup_steps": first.warmup_steps}
-    if failed is not None:
-        return {**out, "status": failed.status, "message": failed.message, "diverged_step": failed.diverged_step}
+    if failed is not None:  # an OOM keeps the memory it held when it stopped: where a smaller card gives out
+        held = {k: failed.memory.get(k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb")}
+        return {**out, "status": failed.status, "message": failed.message, "diverged_step": failed.diverged_step,
+                **({k: v for k, v in held.items() if v is not None} if failed.status == "oom" else {})}
     tokens = base["tokens_per_step"]
     medians = [stats.describe(r.timed_ms)["median"] for r in runs]
     tps = [tokens / (m / 1000.0) for m in medians]
@@ -135,8 +138,21 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "repeat_val_loss": vals,
         "repeat_tail_train_loss": [tail_loss(r.losses) for r in runs],
         "fp16_skipped_steps": first.skipped_steps,
+        **energy(runs, tokens),
     })
     return out
+
+
+def energy(runs: list[RunRecord], tokens_per_step: int) -> dict[str, Any]:
+    """The board's mean power and the tokens trained per joule over the timed windows, medians over repeats; None
+    with the note that says why when any repeat's board power was not read (a CPU, no NVML)."""
+    missing = next((r for r in runs if r.power_w is None or not r.energy_j), None)
+    if missing is not None:
+        return {"power_w_mean": None, "tokens_per_joule": None,
+                "power_note": missing.power_note or "board power was not read"}
+    per_joule = [tokens_per_step * len(r.timed_ms) / r.energy_j for r in runs]  # type: ignore[operator]
+    return {"power_w_mean": stats.describe([r.power_w for r in runs])["median"],  # type: ignore[misc]
+            "tokens_per_joule": stats.describe(per_joule)["median"], "power_note": ""}
 
 
 def tail_loss(losses: list[float], steps: int = TAIL_STEPS) -> float:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from benchlab import dist, harness, lifeline
+from benchlab import dist, harness, lifeline, power
 from benchlab.build import fresh_model
 from benchlab.config import CUDA_GRAPH_MODES, Params, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
@@ -72,6 +72,11 @@ class RunRecord:
     neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
     world_size: int = 1  # ranks that trained together; the figures above are combined over them
     rank_peak_mb: list[float] = field(default_factory=list)  # each rank's peak memory (allocated on CUDA, else RSS)
+    # The GPU board's mean power and energy over the timed window (summed over ranks), or None where the driver
+    # reports none; power_note then says why (benchlab/power.py).
+    power_w: float | None = None
+    energy_j: float | None = None
+    power_note: str = ""
     run: TrainingRun | None = None  # the trained model, for the train stage to save; never serialized
 
     @property
@@ -184,10 +189,11 @@ def rank_slice(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) 
 
 
 def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
-          progress: str | None, on_step: Callable[[], None] | None) -> None:
+          progress: str | None, on_step: Callable[[], None] | None, data_seed: int,
+          meter: power.EnergyMeter) -> None:
     device = run.device
     settings = run.settings
-    stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, p.seed)
+    stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, data_seed)
     rank, world = (dist.rank(), dist.world_size()) if dist.active() else (0, 1)
     clock = harness.StepClock(device)
     reader = LossReader(device)
@@ -204,6 +210,7 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             rec.warmup_s = time.perf_counter() - t_start
             neighbours.start()
             t_window = time.perf_counter()
+            meter.start()
         lr = lr_at(step, steps, p)
         set_lr(run.optimizer, lr)
         x, y = to_device(rank_slice(stream.next(), rank, world), device)
@@ -221,6 +228,8 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
     reader.flush()
     harness.sync(device)
     rec.window_wall_ms = (time.perf_counter() - t_window) * 1000.0
+    reading = meter.stop()
+    rec.power_w, rec.energy_j, rec.power_note = reading.power_w, reading.energy_j, reading.note
     rec.neighbours = neighbours.finish()
     rec.step_ms = clock.times_ms()
     rec.first_step_ms = rec.step_ms[0]
@@ -245,8 +254,14 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
 
 def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device, steps: int, warmup: int,
                keep_model: bool = False, progress: str | None = None,
-               on_step: Callable[[], None] | None = None, keep_going: bool = False) -> RunRecord:
+               on_step: Callable[[], None] | None = None, keep_going: bool = False,
+               data_seed: int | None = None, memory_cap_gib: float | None = None) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
+
+    The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
+    parity can train one model on two orders. `memory_cap_gib` (default: bench.memory_cap_gib; 0: none) caps
+    what torch may allocate on a GPU, so a larger card answers for a smaller one; an OOM then records the
+    memory at which the run stopped.
 
     `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
     `keep_going` records a library error as status `error` instead of raising it (the matrix's variants).
@@ -257,6 +272,8 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
                        f"grad_accum={settings.grad_accum}; pick a global batch that is a multiple of {rec.world_size * settings.grad_accum}")
     check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
     check_fits(data.val, p.train.block_size, "validation")
+    cap = p.bench.memory_cap_gib if memory_cap_gib is None else memory_cap_gib
+    harness.cap_memory(device, cap)  # before the first allocation, so the run starts under it
     run: TrainingRun | None = None
     try:
         began = time.perf_counter()
@@ -265,17 +282,23 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
         run = apply(model, settings, device, p.train)
         rec.setup_s = time.perf_counter() - began
         rec.apply_s = rec.setup_s - rec.init_s
-        _loop(run, p, data, steps, warmup, rec, progress, on_step)
+        with power.EnergyMeter(run.device) as meter:  # closed however the loop ends (a sampling thread, NVML)
+            seed = p.seed if data_seed is None else data_seed
+            _loop(run, p, data, steps, warmup, rec, progress, on_step, seed, meter)
         began = time.perf_counter()
         rec.val_loss = evaluate(run.model, p, data, device, run.autocast())
         rec.eval_s = time.perf_counter() - began
+        if not math.isfinite(rec.val_loss):  # the last update broke the weights: no result, as for a NaN step
+            loss, rec.val_loss = rec.val_loss, None
+            raise Diverged(steps, loss)
         if keep_model:
             rec.run = run
     except Diverged as err:
         rec.status, rec.message, rec.diverged_step = "diverged", str(err), err.step
     except torch.OutOfMemoryError as err:
         rec.status = "oom"
-        rec.message = f"out of memory at batch size {p.batch_size(settings)}: {str(err).splitlines()[0]}"
+        rec.memory = harness.peaks(device)  # how far it got: where a smaller card stops
+        rec.message = oom_message(p.batch_size(settings), cap, rec.memory, err)
     except Exception as err:  # noqa: BLE001 - recorded, not swallowed: the row shows it
         if not keep_going or isinstance(err, (LabError, lifeline.Stopped)):
             raise
@@ -287,6 +310,16 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
             del run
             release(device)
     return rec
+
+
+def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str:
+    """What an OOM says: the batch, the cap, the memory held when it stopped, and torch's first line."""
+    cap = f" under a {cap_gib:g} GiB cap" if cap_gib > 0 else ""
+    held = ", ".join(f"{label} {memory[key]:,.0f} MiB" for label, key in
+                     (("peak allocated", "peak_mem_allocated_mb"), ("reserved", "peak_mem_reserved_mb"))
+                     if memory.get(key) is not None)
+    return f"out of memory at batch size {batch}{cap}" + (f" ({held})" if held else "") + \
+        f": {(str(err).splitlines() or [''])[0][:200]}"
 
 
 def _peak_mb(rec: RunRecord) -> float | None:
@@ -311,6 +344,8 @@ def combine_ranks(records: list[RunRecord]) -> RunRecord:
     out.memory = {k: max((r.memory[k] for r in records if r.memory.get(k) is not None), default=None)
                   for k in first.memory}
     out.rank_peak_mb = [_peak_mb(r) or 0.0 for r in records]
+    energy = power.combine([power.PowerReading(r.power_w, r.energy_j, r.power_note) for r in records])
+    out.power_w, out.energy_j, out.power_note = energy.power_w, energy.energy_j, energy.note
     out.neighbours = _ranks_neighbours([r.neighbours for r in records])
     return out
 

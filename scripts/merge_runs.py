@@ -1,18 +1,22 @@
-"""Merge the packed results of several `scripts/gpu_matrix.sh` calls into one results folder.
+"""Merge the packed results of several `scripts/remote_gpu.sh` calls (or any OUT_DIR holding results.tar.gz) into one results folder.
 
     python scripts/merge_runs.py OUT_DIR PART_DIR [PART_DIR ...]
 
 A matrix too long for one device call runs as several calls on one machine, each on a subset of the variants
 (`VARIANTS=...`, perhaps with different `-S bench.repeats`). Each call's OUT_DIR is a PART_DIR here: it holds
 `results.tar.gz` and `dvc_log.txt`. OUT_DIR gets
-  - every part's `metrics/variants/`, `plots/steps/` and `plots/profiles/` files, and `metrics/env.json`;
+  - every part's `metrics/variants/`, `plots/steps/`, `plots/profiles/`, `metrics/parity/` and `plots/parity/`
+    files, and `metrics/env.json`;
   - a `params.yaml` whose variants (and profiled variants) are those the parts recorded, in the parts' order,
     the rest being the parts' shared settings;
   - `parts/<n>/` with each part's own `params.yaml`, `dvc.lock`, `dvc_log.txt` and `gpu.txt` (where it has one);
-  - the summary that `stages.aggregate` makes of all the variants (`metrics/summary.*`, `plots/summary*`).
-It refuses parts measured in different environments or from different or uncommitted source (the aggregate
-stage's checks), parts with different settings other than the variants, the profiled variants and the repeats, a
-variant recorded by two parts, and an OUT_DIR that already has files. A refused merge leaves no OUT_DIR.
+  - the summary and report that `stages.aggregate` makes of all the variants (`metrics/summary.*`,
+    `metrics/report.md`, `plots/summary*`);
+  - the folder's own `report.md` with its PNGs in `report/`, as `python -m benchlab.runreport OUT_DIR` writes it.
+It refuses parts measured in different environments or from different source (the aggregate stage's checks), parts
+with different settings other than the variants, the profiled variants and the repeats, a variant recorded by two
+parts, two parts with different files of one name under metrics/parity or plots/parity, and an OUT_DIR that already
+has files. A refused merge leaves no OUT_DIR.
 """
 
 import argparse
@@ -31,6 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.errors import LabError, run_main  # noqa: E402
+from benchlab.runreport import folder_report  # noqa: E402
 
 # What a part's folder holds beside its pack and is kept with it: the DVC log, and the machine's name and driver as
 # `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader` printed them.
@@ -53,14 +58,14 @@ def shared_settings(params: dict[str, Any]) -> dict[str, Any]:
 def unpack(part: Path, into: Path) -> None:
     packed = part / "results.tar.gz"
     if not packed.is_file():
-        raise LabError(f"{packed} is missing: a PART_DIR is the OUT_DIR of one scripts/gpu_matrix.sh call")
+        raise LabError(f"{packed} is missing: a PART_DIR is the OUT_DIR of one scripts/remote_gpu.sh call")
     try:
         with tarfile.open(packed) as tar:
             tar.extractall(into, filter="data")
     except (tarfile.TarError, OSError) as err:
         raise LabError(f"{packed} cannot be unpacked ({err}); copy it again from the device's files") from None
     if not (into / "params.yaml").is_file():
-        raise LabError(f"{packed} holds no params.yaml; it is not a scripts/gpu_matrix.sh pack")
+        raise LabError(f"{packed} holds no params.yaml; it is not a results pack")
 
 
 def read_params(packed: Path, path: Path) -> dict[str, Any]:
@@ -69,12 +74,12 @@ def read_params(packed: Path, path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise LabError(f"{packed}'s params.yaml is not valid YAML ({err}); copy the pack again") from None
     if not isinstance(params, dict) or not isinstance(params.get("variants"), dict):
-        raise LabError(f"{packed}'s params.yaml names no variants; it is not a scripts/gpu_matrix.sh pack")
+        raise LabError(f"{packed}'s params.yaml names no variants; it is not a results pack")
     return params
 
 
-def merge(parts: list[Path], work: Path) -> None:
-    """Write the merged folder of `parts` at `work`."""
+def merge(parts: list[Path], work: Path, out_name: str = "") -> None:
+    """Write the merged folder of `parts` at `work`, its report titled with `out_name` (the OUT_DIR it becomes)."""
     records: dict[str, int] = {}  # the part of each variant
     first_params: dict[str, Any] | None = None
     variants: dict[str, Any] = {}
@@ -109,6 +114,8 @@ def merge(parts: list[Path], work: Path) -> None:
         for sub in ("metrics/variants", "plots/steps", "plots/profiles"):
             if (unpacked / sub).is_dir():
                 shutil.copytree(unpacked / sub, work / sub, dirs_exist_ok=True)
+        for sub in ("metrics/parity", "plots/parity"):
+            copy_parity(unpacked / sub, work / sub, part)
         for name in ("params.yaml", "dvc.lock"):
             if (unpacked / name).is_file():
                 shutil.copy2(unpacked / name, work / "parts" / str(n) / name)
@@ -124,12 +131,24 @@ def merge(parts: list[Path], work: Path) -> None:
     merged = {**first_params, "variants": variants, "profile": {**first_params.get("profile", {}), "variants": profiled}}
     (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
     # The aggregate stage refuses records of other machines, software or source, as it does in a DVC run.
-    aggregate = [sys.executable, "-m", "stages.aggregate", "metrics/variants", "plots/steps", "metrics/summary.json",
-                 "metrics/summary.md", "plots/summary.csv", "plots/summary"]
+    aggregate = [sys.executable, "-m", "stages.aggregate", "metrics/variants", "plots/steps", "metrics/parity",
+                 "plots/profiles", "metrics/summary.json", "metrics/summary.md", "plots/summary.csv", "plots/summary",
+                 "metrics/report.md"]
     done = subprocess.run(aggregate, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1].removeprefix("error: ")
         raise LabError(f"the aggregate stage refused the merged variants: {last}")
+    folder_report(work, f"Run report: {out_name or work.name}")
+
+
+def copy_parity(src: Path, dst: Path, part: Path) -> None:
+    """A part's parity records or curves into the merged folder; the same name with other contents is refused."""
+    for path in sorted(src.glob("*")) if src.is_dir() else []:
+        if (dst / path.name).is_file() and (dst / path.name).read_bytes() != path.read_bytes():
+            raise LabError(f"{part} has another {path.relative_to(src.parent.parent)} than an earlier part; "
+                           "merge only calls whose parity runs differ in their variants")
+        dst.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dst / path.name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=args.out.parent, prefix=f".{args.out.name}.") as tmp:
         work = Path(tmp) / "merged"
         work.mkdir()
-        merge(args.parts, work)
+        merge(args.parts, work, args.out.as_posix())
         if args.out.exists():
             args.out.rmdir()
         work.rename(args.out)

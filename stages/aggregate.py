@@ -1,4 +1,4 @@
-"""Stage aggregate: every variant's result in one summary (JSON, markdown, CSV) and four plots."""
+"""Stage aggregate: every variant's result in one summary (JSON, markdown, CSV), its plots, and the run's report."""
 
 import argparse
 from pathlib import Path
@@ -6,36 +6,36 @@ from pathlib import Path
 from benchlab.config import load_params
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.plots import make_plots
-from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, summarize, to_csv
+from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, to_csv
+from benchlab.runreport import RunFiles, write_run_report
 
 # The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.
-SUMMARY_KEYS = ("tokens_per_sec", "tokens_per_sec_per_gpu", "scaling_efficiency_pct", "val_loss_gap_1proc", "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb",
-                "peak_mem_reserved_mb", "peak_rss_mb", "mem_change_pct", "mfu_pct", "val_loss")
+SUMMARY_KEYS = ("tokens_per_sec", "tokens_per_sec_per_gpu", "scaling_efficiency_pct", "val_loss_gap_1proc",
+                "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb", "peak_mem_reserved_mb",
+                "peak_rss_mb", "mem_change_pct", "mfu_pct", "val_loss", "power_w_mean", "tokens_per_joule",
+                "parity_gap_nats")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("result_dir")
-    ap.add_argument("steps_dir")
-    ap.add_argument("summary_json")
-    ap.add_argument("summary_md")
-    ap.add_argument("summary_csv")
-    ap.add_argument("plot_dir")
+    for name in ("result_dir", "steps_dir", "parity_dir", "profiles_dir", "summary_json", "summary_md",
+                 "summary_csv", "plot_dir", "report_md"):
+        ap.add_argument(name, type=Path)
     args = ap.parse_args(argv)
-    remove_outputs(args.summary_json, args.summary_md, args.summary_csv, args.plot_dir)
+    remove_outputs(args.summary_json, args.summary_md, args.summary_csv, args.plot_dir, args.report_md)
     p = load_params()
     results = load_results(args.result_dir, list(p.variants))
     check_one_env(results, p.aggregate.allow_mixed_env)
     check_one_source(results, p.aggregate.allow_mixed_source)
-    rows = summarize(results, p.aggregate.baseline, p.aggregate.loss_tolerance, p.aggregate.repeat_tolerance)
-    make_plots(rows, Path(args.steps_dir), Path(args.plot_dir), baseline=p.aggregate.baseline)
+    files = RunFiles(args.result_dir, args.steps_dir, args.parity_dir, args.profiles_dir)
+    rows, note = write_run_report(results, files, p.aggregate, args.report_md, args.plot_dir, "Run report")
     write_text(args.summary_csv, to_csv(rows))
-    write_text(args.summary_md, markdown(rows, env_of(results[0])))
-    write_json(args.summary_json, {
-        f"{row['variant']}.{k}": row[k] for row in rows for k in SUMMARY_KEYS if isinstance(row.get(k), (int, float))
+    write_text(args.summary_md, markdown(rows, env_of(results[0]), note))
+    write_json(args.summary_json, {  # numbers only: a bool is an int to Python, but no metric
+        f"{row['variant']}.{k}": row[k] for row in rows for k in SUMMARY_KEYS
+        if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)
     })
-    print(markdown(rows, env_of(results[0])))
+    print(markdown(rows, env_of(results[0]), note))
 
 
 if __name__ == "__main__":

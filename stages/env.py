@@ -4,13 +4,15 @@ DVC runs it on every `dvc repro` (always_changed); its output changes only
 when the hardware or software does, so timing stages that depend on it rerun
 exactly then. It checks every param (the model preset included) before any
 other stage runs, and says in one line when a knob of the train stage will be
-emulated, and slow, on this machine.
+emulated, and slow, on this machine. It also refuses a corpus holding a device,
+a FIFO or a socket, which DVC would otherwise hang on while hashing it.
 """
 
 import argparse
 
 from benchlab.build import check_model
 from benchlab.config import load_params
+from benchlab.corpus import check_regular
 from benchlab.env import environment
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json
@@ -24,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     remove_outputs(args.out)
     p = load_params()
     check_model(p)
+    check_regular(p.data.corpus)  # before DVC hashes it for the prepare stage
     device = resolve_device(p.device)
     env = {**environment(), "device": device.type}
     write_json(args.out, env)

@@ -1,4 +1,8 @@
-"""Stage evaluate: validation loss and perplexity of the trained checkpoint, in fp32."""
+"""Stage evaluate: validation loss and perplexity of the trained checkpoint, in fp32.
+
+The result names the model it measured (its preset and the checkpoint's sha256), and a loss that is not a
+finite number is never recorded.
+"""
 
 import argparse
 import math
@@ -6,7 +10,7 @@ import math
 from benchlab.checkpoint import load_checkpoint
 from benchlab.config import load_params
 from benchlab.data import load_tokens
-from benchlab.errors import run_main
+from benchlab.errors import LabError, run_main
 from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
 from benchlab.runner import evaluate
@@ -22,12 +26,19 @@ def main(argv: list[str] | None = None) -> None:
     p = load_params()
     device = resolve_device(p.device)
     data = load_tokens(args.data_dir)
-    model = load_checkpoint(args.checkpoint, data.vocab_size)
+    model, which = load_checkpoint(args.checkpoint, data.vocab_size)
+    if p.train.block_size > model.cfg.block_size:
+        raise LabError(f"train.block_size={p.train.block_size} is longer than the context of {args.checkpoint} "
+                       f"({model.cfg.block_size} tokens, model={which['model']}); set train.block_size to at most "
+                       f"{model.cfg.block_size}, or rerun `dvc repro train` with these params")
     # fp32, eager: one yardstick whatever the run trained with.
     loss = evaluate(model.to(device), p, data, device)
+    if not math.isfinite(loss):
+        raise LabError(f"the validation loss of {args.checkpoint} is {loss}, so nothing was recorded; its weights "
+                       "hold NaN or Inf: rerun `dvc repro train`, with a lower train.lr if it diverged")
     n_tokens = p.eval.batches * p.train.batch_size * p.train.block_size
-    # Numbers only: DVC compares this file; the environment is in metrics/env.json.
-    write_json(args.metrics, {"val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens})
+    # The numbers DVC compares, and which model they belong to; the environment is in metrics/env.json.
+    write_json(args.metrics, {"val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens, **which})
     print(f"evaluate: val loss {loss:.4f}, perplexity {math.exp(loss):.2f} over {n_tokens} tokens")
 
 

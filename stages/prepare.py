@@ -14,11 +14,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     remove_outputs(args.out_dir)
     p = load_params()
-    try:
-        meta = prepare(p.data, args.out_dir)
-    except BaseException:
-        remove_outputs(args.out_dir)  # no half-written token files for DVC to record
-        raise
+    meta = prepare(p.data, args.out_dir)  # on a failure run_main removes what it wrote, and the folder if empty
     print(f"prepare: {meta['corpus_bytes']} bytes -> {meta['train_tokens']} train + {meta['val_tokens']} val tokens, "
           f"vocab {meta['tokenizer_vocab_size']} ({meta['dtype']}), corpus sha256 {meta['corpus_sha256'][:12]}")
 

@@ -1,17 +1,16 @@
 """Stage train: train the model the top-level params describe; save it, its metrics and its full record."""
 
 import argparse
+import math
 from dataclasses import asdict
 
-import torch
-
 from benchlab import devlock
-from benchlab.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from benchlab.checkpoint import save_checkpoint
 from benchlab.config import load_params
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
 from benchlab.errors import LabError, run_main
-from benchlab.io import atomic_path, remove_outputs, write_json, write_text
+from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, metric_view, steps_csv
 from benchlab.runner import train_once
@@ -40,12 +39,14 @@ def main(argv: list[str] | None = None) -> None:
         rec = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress="train")
     if rec.status != "ok":
         raise LabError(f"training stopped: {rec.message}; lower train.lr or use another precision")
+    if rec.val_loss is None or not math.isfinite(rec.val_loss):
+        raise LabError(f"the trained model's validation loss is {rec.val_loss}, so nothing was recorded; "
+                       "lower train.lr or use another precision")
     assert rec.run is not None
     model = rec.run.model
     base = base_record("train", p, p.run, device.type, environment(), provenance())
     record = measured_record(base, [rec], model.cfg, model.num_params(), p.bench.steady_tolerance)
-    with atomic_path(args.checkpoint) as tmp:
-        torch.save({"format": CHECKPOINT_FORMAT, "config": asdict(model.cfg), "model": model.state_dict()}, tmp)
+    save_checkpoint(model, p.model, args.checkpoint)
     write_text(args.steps_csv, steps_csv(rec))
     write_json(args.record, record)
     write_json(args.metrics, metric_view(record))

@@ -22,6 +22,7 @@ def micro_params(**overrides: object) -> dict:
     data["bench"].update(steps=6, warmup_steps=2, repeats=1)
     data["eval"]["batches"] = 2
     data["profile"]["steps"] = 1
+    data["parity"].update(steps=8, tail_steps=2, variants=[])  # parity stages only where a test asks for them
     for dotted, value in overrides.items():
         node = data
         *parents, last = dotted.split("__")

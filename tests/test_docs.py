@@ -1,34 +1,96 @@
-"""The README's figures come from committed result files, and its commands are the real ones."""
+"""The README's generated tables come from the code and the committed results, and its commands are the real ones."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
+
+from benchlab.config import RunSettings
 from tests.conftest import ROOT
 
+TABLES = [sys.executable, str(ROOT / "scripts/readme_tables.py")]
 
-def test_readme_results_match_the_committed_result_files() -> None:
-    proc = subprocess.run([sys.executable, "scripts/readme_results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+
+def tables(readme: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*TABLES, "--readme", str(readme), *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def section(text: str, kind: str) -> str:
+    return text.split(f"<!-- generated:{kind}", 1)[1].split(f"<!-- /generated:{kind} -->", 1)[0]
+
+
+def test_readme_generated_sections_are_up_to_date() -> None:
+    proc = tables(ROOT / "README.md", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_readme_check_survives_a_local_repro_but_not_an_edited_section(tmp_path: Path) -> None:
-    """Quick start 1 on another machine rewrites metrics/ with that machine's timings; quick start 2 must pass."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    shutil.copy(ROOT / "scripts/readme_results.py", clone / "scripts/readme_results.py")
-    check = [sys.executable, "scripts/readme_results.py", "--check"]
-    eval_json = clone / "metrics/eval.json"
-    local = json.loads(eval_json.read_text())
-    eval_json.write_text(json.dumps({**local, "val_loss": local["val_loss"] + 0.5}))  # as a local dvc repro would
-    proc = subprocess.run(check, cwd=clone, capture_output=True, text=True)
-    assert proc.returncode == 0 and "a local dvc repro" in proc.stdout, proc.stdout + proc.stderr
-    readme = clone / "README.md"
-    readme.write_text(readme.read_text().replace("reaches validation loss", "reaches a validation loss", 1))
-    proc = subprocess.run(check, cwd=clone, capture_output=True, text=True)
-    assert proc.returncode == 1 and "out of date" in proc.stdout
+def test_an_edited_generated_section_fails_the_check(tmp_path: Path) -> None:
+    (tmp_path / "results").symlink_to(ROOT / "results")
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    knobs = section(text, "knobs")
+    readme.write_text(text.replace(knobs, knobs.replace("runs everywhere", "runs nowhere", 1)))
+    proc = tables(readme, "--check")
+    assert proc.returncode == 1 and "`knobs` is out of date" in proc.stdout, proc.stdout + proc.stderr
+    headline = section(text, "headline")
+    edited = re.sub(r"\| \d[\d,]* \|", "| 1 |", headline, count=1)
+    assert edited != headline
+    readme.write_text(text.replace(headline, edited))
+    proc = tables(readme, "--check")
+    assert proc.returncode == 1 and "`headline results/" in proc.stdout, proc.stdout + proc.stderr
+    assert tables(readme).returncode == 0 and readme.read_text() == text  # the script writes back what it checks
+
+
+def test_the_knob_table_lists_every_runsettings_field() -> None:
+    knobs = section((ROOT / "README.md").read_text(), "knobs")
+    assert re.findall(r"^\| `(\w+)` \|", knobs, re.M) == [f.name for f in fields(RunSettings)]
+
+
+def test_a_results_folder_from_another_gpu_passes(tmp_path: Path) -> None:
+    """A contributor's RTX 4090 run, on which the fp32 baseline ran out of memory, makes its own headline table."""
+    run = tmp_path / "results/rtx4090"
+    (run / "metrics/variants").mkdir(parents=True)
+    (run / "metrics/parity").mkdir()
+    shutil.copy(ROOT / "results/h200/params.yaml", run / "params.yaml")
+    env = {**json.loads((ROOT / "results/h200/metrics/env.json").read_text()), "gpu": "NVIDIA GeForce RTX 4090"}
+    (run / "metrics/env.json").write_text(json.dumps(env))
+    for name in ("fp32_baseline", "recipe", "fastest"):
+        rec = json.loads((ROOT / f"results/h200/metrics/variants/{name}.json").read_text())
+        rec["env.gpu"] = env["gpu"]
+        if name == "fp32_baseline":
+            rec.update(status="oom", message="out of memory at 23,850 MiB under bench.memory_cap_gib=24")
+        if name == "recipe":
+            rec["tokens_per_joule"] = 1500.0
+        (run / f"metrics/variants/{name}.json").write_text(json.dumps(rec))
+    (run / "metrics/parity/fastest.json").write_text(json.dumps(
+        {"status": "ok", "learns_same": True, "gap_nats": 0.01, "noise_nats": 0.02, "verdict": "same"}))
+    readme = tmp_path / "README.md"
+    readme.write_text("# a fork\n\n<!-- generated:headline results/rtx4090 -->\n<!-- /generated:headline -->\n")
+    assert tables(readme, "--check").returncode == 1  # empty: out of date until written
+    proc = tables(readme)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert tables(readme, "--check").returncode == 0
+    text = readme.read_text()
+    assert "**NVIDIA GeForce RTX 4090**" in text and "(results/rtx4090/report.md)" in text
+    assert "`fp32_baseline` did not run (oom), so ratios are against `recipe`" in text  # fallback_baselines' default
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `")}
+    assert "oom: out of memory at 23,850 MiB" in rows["| `fp32_baseline`"]
+    assert rows["| `fp32_baseline`"].endswith("| 29,467 | – | – |")  # the memory it held when it stopped
+    assert "| 1.000x | " in rows["| `recipe`"] and "| 1,500 |" in rows["| `recipe`"]
+    fastest = rows["| `fastest`"]
+    assert "not measured" in fastest and "yes: +0.010 nats (the reference's seeds: 0.020)" in fastest
+
+
+def test_a_headline_marker_naming_a_variant_the_folder_lacks_fails(tmp_path: Path) -> None:
+    (tmp_path / "results").symlink_to(ROOT / "results")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- generated:headline results/h200 recipe no_such_variant -->\n<!-- /generated:headline -->\n")
+    proc = tables(readme, "--check")
+    assert proc.returncode == 1 and "no record of no_such_variant" in proc.stderr
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -39,17 +101,30 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "pip install -r requirements-test.txt" in readme and "-r requirements-test.txt" in ci
 
 
-def test_every_result_folder_names_its_machine() -> None:
-    env_files = list(Path(ROOT / "results").glob("**/metrics/env.json"))
-    assert len(env_files) >= 5  # h200, h200-repeats and the three runs of h200-knobs
+def test_the_readme_is_short_and_the_user_docs_name_no_tooling_of_ours() -> None:
+    """Users have neither our remote GPU machine nor the scripts made for it."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 400
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for pattern in (r"scripts/gpu_\w+\.sh", r"shared/GPU\.md", r"device tool", r"`device` tool", r"nvidia-h200",
+                        r"ten-minute"):
+            assert not re.search(pattern, text), f"{doc.name} mentions {pattern}"
+
+
+def test_every_committed_run_names_its_machine() -> None:
+    """Whatever the machine: a GPU run names its GPU, a CPU run its CPU."""
+    env_files = sorted((ROOT / "results").glob("**/metrics/env.json"))
+    assert env_files
     for env_file in env_files:
-        assert '"gpu": "NVIDIA H200"' in env_file.read_text(), env_file
+        env = json.loads(env_file.read_text())
+        assert env.get("gpu") or env.get("cpu"), env_file
 
 
 def test_result_plots_are_drawn_from_the_committed_files(tmp_path: Path) -> None:
-    """The README's regime and batch-sweep figures: each script reads only committed results and writes a PNG."""
+    """The regime and batch-sweep figures: each script reads only committed results and writes a PNG."""
     out = tmp_path / "regimes.png"
-    proc = subprocess.run([sys.executable, "scripts/regime_plot.py", str(out)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "scripts/regime_plot.py", str(out)], cwd=ROOT, capture_output=True,
+                          text=True)
     assert proc.returncode == 0 and out.read_bytes().startswith(b"\x89PNG"), proc.stderr
     run = tmp_path / "run"
     shutil.copytree(ROOT / "results/h200-small/metrics", run / "metrics")

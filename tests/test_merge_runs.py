@@ -21,8 +21,8 @@ spec.loader.exec_module(merge_runs)
 
 def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = None,
          gpu: str | None = None, profiled: tuple[str, ...] = (), asked: tuple[str, ...] = (),
-         env_json: str | None = None, stray: str | None = None) -> Path:
-    """A gpu_matrix.sh OUT_DIR holding `names` of the committed run, as if one call had run only those, with the
+         env_json: str | None = None, stray: str | None = None, parity: dict[str, str] | None = None) -> Path:
+    """A remote_gpu.sh OUT_DIR holding `names` of the committed run, as if one call had run only those, with the
     profiles of `profiled` and params asking for those of `asked` as well."""
     src = part / "src"
     (src / "metrics/variants").mkdir(parents=True)
@@ -42,6 +42,9 @@ def pack(part: Path, names: list[str], repeats: int = 3, steps: int | None = Non
     shutil.copy(RUN / "metrics/env.json", src / "metrics/env.json")
     if env_json is not None:
         (src / "metrics/env.json").write_text(env_json)
+    for rel, text in (parity or {}).items():  # parity records and curves, by path in the pack
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
     if stray is not None:  # a record the pack's params do not name
         shutil.copy(RUN / f"metrics/variants/{stray}.json", src / f"metrics/variants/{stray}.json")
     for n in names:
@@ -85,6 +88,28 @@ def test_two_calls_merge_into_one_folder_with_one_summary(tmp_path: Path) -> Non
     assert (out / "parts/1/gpu.txt").read_text() == "NVIDIA H200, 580.159.04\n"
     assert not (out / "parts/2/gpu.txt").exists()  # b's folder had none
     assert (out / "metrics/env.json").read_bytes() == (RUN / "metrics/env.json").read_bytes()
+    report = (out / "report.md").read_text()  # the folder's report, as `python -m benchlab.runreport` writes it
+    assert report.startswith(f"# Run report: {out.as_posix()}\n") and "![throughput](report/throughput.png)" in report
+    assert (out / "report/throughput.png").is_file() and (out / "metrics/report.md").is_file()
+    assert "| lean_sr | " in report and "scratch" not in report and ".merged." not in report
+
+
+def test_parity_files_of_the_parts_are_merged_and_a_conflict_is_refused(tmp_path: Path) -> None:
+    seeds = json.dumps({"reference": "recipe", "status": "ok", "noise_nats": 0.01})
+    record = json.dumps({"variant": "lean", "status": "ok", "learns_same": True, "verdict": "same", "gap_nats": 0.002})
+    a = pack(tmp_path / "a", ["recipe", "fastest_sr"], parity={"metrics/parity/reference-seeds.json": seeds})
+    b = pack(tmp_path / "b", ["lean"], parity={"metrics/parity/reference-seeds.json": seeds,
+                                               "metrics/parity/lean.json": record,
+                                               "plots/parity/lean.csv": "step,loss,reference_loss\n0,8.0,8.0\n"})
+    out = tmp_path / "merged"
+    merge_runs.main([str(out), str(a), str(b)])
+    assert sorted(p.name for p in (out / "metrics/parity").iterdir()) == ["lean.json", "reference-seeds.json"]
+    assert (out / "plots/parity/lean.csv").is_file()
+    assert "| lean | yes |" in (out / "report.md").read_text()
+    other = pack(tmp_path / "c", ["lean"], parity={"metrics/parity/reference-seeds.json": seeds.replace("0.01", "0.2")})
+    with pytest.raises(LabError, match="has another metrics/parity/reference-seeds.json than an earlier part"):
+        merge_runs.main([str(tmp_path / "merged2"), str(a), str(other)])
+    assert not (tmp_path / "merged2").exists()
 
 
 @pytest.mark.parametrize("second, message", [

@@ -10,7 +10,7 @@ import pytest
 
 from benchlab import stats
 from benchlab.errors import LabError
-from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv
+from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv, uncommitted
 from tests.test_report import result
 
 # --- report: the table's rows, notes and scaling -------------------------------------------------------------
@@ -113,8 +113,8 @@ def test_markdown_and_csv_read_exactly() -> None:
         "| fast          | ok       |      2,000 |         2 |               50 |              -49.5 |          5 |\n"
     )
     header, base, fast = to_csv(rows).split("\n")[:3]
-    assert header.split(",")[:3] == ["variant", "status", "tokens_per_sec"] and len(header.split(",")) == 27
-    assert base == "fp32_baseline,ok,1000.0,,,,,,,1.0,,,,,,,100.0,,,0.0,,,,5.0,,,"
+    assert header.split(",")[:3] == ["variant", "status", "tokens_per_sec"] and len(header.split(",")) == 33
+    assert base == "fp32_baseline,ok,1000.0,,,,,,,1.0,,,,,,,100.0,,,0.0,,,,5.0,,,,,,,,,fp32_baseline"
     assert fast.startswith("fast,ok,2000.0,") and "\r" not in to_csv(rows)
     assert to_csv([{**rows[0], "not_a_column": 1}]).count("\n") == 2  # extra keys are left out, not an error
 
@@ -136,11 +136,10 @@ def test_refusals_name_every_difference(tmp_path: Path) -> None:
     text = str(err.value)
     assert "0123456789ab: a, b" in text and "fedcba987654: c" in text and "0123456789abc" not in text
     assert text.endswith("(`dvc repro -f` the stale ones), or set aggregate.allow_mixed_source=true to compare anyway")
-    dirty = [result(n, 1, 1, 1, **{src: "s", "provenance.tree_clean": False}) for n in ("a", "b")]
-    with pytest.raises(LabError) as err:
-        check_one_source(dirty, allow_mixed=False)
-    assert str(err.value) == ("a, b ran from a tree with uncommitted changes, so no commit names their code; "
-                              "commit and rerun them, or set aggregate.allow_mixed_source=true to tabulate anyway")
+    dirty = [result(n, 1, 1, 1, **{src: "s", "provenance.tree_clean": clean}) for n, clean in (("a", False),
+                                                                                                  ("b", True))]
+    check_one_source(dirty, allow_mixed=False)  # one code, uncommitted: flagged, not refused
+    assert uncommitted(dirty) == ["a"]
     with pytest.raises(LabError) as err:
         load_results(tmp_path, ["gone"])
     assert str(err.value) == f"{tmp_path / 'gone.json'} is missing; run `dvc repro bench@gone`"
@@ -162,11 +161,12 @@ def _gpu_runs() -> list:
     common = {"status": "ok", "lrs": [1e-3] * 5, "warmup_steps": 1, "world_size": 2}
     r1 = RunRecord(**common, losses=[6, 5, 4, 3, 2.5], step_ms=[50, 10, 10, 10, 10], warmup_s=0.05, first_step_ms=50.0,
                    window_wall_ms=50.0, memory={"peak_mem_allocated_mb": 500.0, "peak_mem_reserved_mb": 600.0},
-                   skipped_steps=0, val_loss=3.0, rank_peak_mb=[100.0, 90.0],
+                   skipped_steps=0, val_loss=3.0, rank_peak_mb=[100.0, 90.0], power_w=300.0, energy_j=15.0,
                    neighbours={"other_gpu_processes": [42], "cpu_busy_others_pct": 5.0, "cpu_busy_ours_pct": 50.0})
     r2 = RunRecord(**common, losses=[6, 5, 4, 3, 2], step_ms=[60, 20, 20, 20, 20], warmup_s=0.06, first_step_ms=60.0,
                    window_wall_ms=100.0, memory={"peak_mem_allocated_mb": 400.0, "peak_mem_reserved_mb": 650.0},
                    mem_growth_mb=10.0, skipped_steps=1, val_loss=3.5, rank_peak_mb=[80.0, 95.0],
+                   power_w=400.0, energy_j=40.0,
                    neighbours={"other_gpu_processes": None, "cpu_busy_others_pct": 20.0, "cpu_busy_ours_pct": 40.0})
     return [r1, r2]
 
@@ -201,6 +201,8 @@ def test_measured_record_on_a_gpu_key_by_key() -> None:
         "final_train_loss": 2.5, "val_loss": 3.0, "val_perplexity": math.exp(3.0), "val_loss_repeat_spread": 0.5,
         "repeat_val_loss": [3.0, 3.5], "repeat_tail_train_loss": [4.1, 4.0],  # 5 steps, fewer than the window: all
         "fp16_skipped_steps": 0,
+        # Medians over repeats: of 300 and 400 W; of 4 timed steps' 4000 tokens per 15 J and per 40 J.
+        "power_w_mean": 350.0, "tokens_per_joule": (4000 / 15 + 4000 / 40) / 2, "power_note": "",
     }
     assert rec.keys() == expected.keys()
     for key, value in expected.items():

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from benchlab.onepass import OnePassLoss, onepass_head, rows_in_torch
 from model.gpt import GPT, GPTConfig
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="liger-kernel's Triton kernel needs a CUDA GPU")
+CUDA = pytest.mark.gpu  # liger-kernel's Triton kernel needs a CUDA GPU
 
 
 def test_rows_give_each_rows_loss_and_write_softmax_minus_one_hot_over_the_logits() -> None:

@@ -14,6 +14,7 @@ from benchlab import optimize
 from benchlab.config import KNOBS, DeviceFacts, RunSettings, TrainParams, parse_params, unsupported_reason
 from benchlab.errors import LabError
 from benchlab.io import atomic_path, write_json
+from benchlab.onepass import LIGER_VERSION
 from benchlab.optimize import apply, device_facts, make_optimizer, set_lr, to_float8
 from benchlab.runner import train_step
 from model.gpt import GPT, GPTConfig
@@ -21,9 +22,10 @@ from tests.conftest import micro_params
 
 CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
 V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True)
+A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
+                  liger_version=LIGER_VERSION)
 H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  cce=True)
+                  liger_version=LIGER_VERSION, cce=True)
 
 
 def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
@@ -44,7 +46,7 @@ def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
         "fp8=blocks needs compute capability 8.9 or newer; NVIDIA A100 is (8, 0)")
     no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
     assert unsupported_reason(RunSettings(fp8="head"), no_torchao) == (
-        "fp8=head needs torchao (pip install torchao); or set fp8=none")
+        "fp8=head needs torchao (pip install -r requirements-gpu.txt); or set fp8=none")
     assert unsupported_reason(RunSettings(fp8="all"), CPU) == (
         "fp8=all needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU")
     assert unsupported_reason(RunSettings(fp8="head"), DeviceFacts(**{**H200.__dict__, "capability": (8, 9)})) is None
@@ -55,7 +57,7 @@ def test_8bit_adam_needs_torchao_on_a_gpu_and_no_fused_kernel_beside_it() -> Non
     assert unsupported_reason(RunSettings(adam_state="8bit"), H200) is None
     no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
     assert unsupported_reason(RunSettings(adam_state="8bit"), no_torchao) == (
-        "adam_state=8bit needs torchao (pip install torchao); or set adam_state=fp32")
+        "adam_state=8bit needs torchao (pip install -r requirements-gpu.txt); or set adam_state=fp32")
     assert unsupported_reason(RunSettings(adam_state="8bit", fused_adamw=True), H200) == (
         "adam_state=8bit is torchao's AdamW8bit, its own compiled step; set fused_adamw=false with it")
     assert unsupported_reason(RunSettings(adam_state="8bit"), CPU) == (
@@ -77,21 +79,35 @@ def test_fused_clip_needs_the_fused_kernel_and_its_grad_scale_free() -> None:
 
 def test_fused_loss_needs_liger_on_a_gpu() -> None:
     no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
-    assert "pip install liger-kernel" in unsupported_reason(RunSettings(loss="fused"), no_liger)
+    assert unsupported_reason(RunSettings(loss="fused"), no_liger) == (
+        "loss=fused needs liger-kernel (pip install -r requirements-gpu.txt); or use loss=chunked")
     assert unsupported_reason(RunSettings(loss="cce"), no_liger) is None
 
 
 def test_onepass_loss_needs_liger_on_a_gpu_and_nothing_on_a_cpu() -> None:
-    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
+    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False, "liger_version": None})
     assert unsupported_reason(RunSettings(loss="onepass"), no_liger) == (
-        "loss=onepass runs liger-kernel's cross-entropy kernel on CUDA (pip install liger-kernel); or use loss=inline")
+        f"loss=onepass runs liger-kernel {LIGER_VERSION}'s cross-entropy kernel on CUDA, and liger-kernel is not "
+        "installed (pip install -r requirements-gpu.txt); or use loss=inline")
     assert unsupported_reason(RunSettings(loss="onepass"), H200) is None
     assert unsupported_reason(RunSettings(loss="onepass"), CPU) is None  # torch's arithmetic there
 
 
+@pytest.mark.parametrize("installed", ["0.8.4", "0.9.0", LIGER_VERSION + ".post1"])
+def test_onepass_loss_skips_under_another_liger_version_naming_both(installed: str) -> None:
+    # onepass calls an internal liger kernel by keyword; another release may take other arguments.
+    other = DeviceFacts(**{**H200.__dict__, "liger_version": installed})
+    assert unsupported_reason(RunSettings(loss="onepass"), other) == (
+        f"loss=onepass calls liger-kernel {LIGER_VERSION}'s internal cross-entropy kernel; liger-kernel {installed} "
+        "is installed (pip install -r requirements-gpu.txt); or use loss=inline")
+    assert unsupported_reason(RunSettings(loss="fused"), other) is None  # its public API, any version
+    cpu_with_it = DeviceFacts(**{**CPU.__dict__, "liger_version": installed})
+    assert unsupported_reason(RunSettings(loss="onepass"), cpu_with_it) is None
+
+
 def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
     no_cce = DeviceFacts(**{**H200.__dict__, "cce": False})
-    assert "loss=cce needs cut-cross-entropy (pip install cut-cross-entropy)" in unsupported_reason(
+    assert "loss=cce needs cut-cross-entropy (pip install -r requirements-gpu.txt)" in unsupported_reason(
         RunSettings(loss="cce"), no_cce)
     assert unsupported_reason(RunSettings(loss="fused"), no_cce) is None
     assert unsupported_reason(RunSettings(loss="cce"), H200) is None
@@ -99,7 +115,6 @@ def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
 
 @pytest.mark.parametrize("settings, words", [
     ({"precision": "fp16"}, "precision=fp16 with loss scaling needs a CUDA GPU"),
-    ({"precision": "tf32"}, "precision=tf32 is a CUDA tensor-core mode"),
     ({"fp8": "blocks"}, "fp8=blocks needs a GPU with float8 tensor cores"),
     ({"fp8": "all"}, "fp8=all needs a GPU with float8 tensor cores"),
     ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
@@ -421,7 +436,9 @@ def test_stochastic_rounding_needs_torchao_its_own_step_and_a_compiler() -> None
             "weight_dtype=bf16_sr is torchao's AdamW with stochastic rounding, its own compiled step; set "
             "fused_adamw=false and adam_state=fp32 with it")
     assert unsupported_reason(RunSettings(**sr), DeviceFacts(**{**H200.__dict__, "torchao": False})) == (
-        "weight_dtype=bf16_sr needs torchao (pip install torchao); or set weight_dtype=bf16")
+        "weight_dtype=bf16_sr needs torchao (pip install -r requirements-gpu.txt); or set weight_dtype=bf16")
+    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=True)) == (
+        "weight_dtype=bf16_sr needs torchao (pip install -r requirements.txt); or set weight_dtype=bf16")
     assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=False, torchao=True)) == (
         "weight_dtype=bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)")
     assert "has no bf16" in unsupported_reason(RunSettings(**sr), V100)

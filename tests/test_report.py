@@ -1,4 +1,5 @@
-"""aggregate: speedups against the baseline, loss checks, and one environment per table."""
+"""aggregate: ratios against the baseline (or a fallback), loss, parity and energy columns, and one environment and
+one source per table."""
 
 import json
 from pathlib import Path
@@ -7,7 +8,8 @@ import pytest
 
 from benchlab.errors import LabError
 from benchlab.profiling import exposed_communication, family, kernel_markdown, kernel_summary
-from benchlab.report import check_one_env, check_one_source, load_results, markdown, summarize, to_csv
+from benchlab.report import (UNCOMMITTED_NOTE, assign_kinds, check_one_env, check_one_source, load_parity,
+                             load_results, markdown, ratio_reference, summarize, to_csv, uncommitted)
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
        "env.python": "3.12", "env.cpu": "Xeon", "env.torch_threads": 16}
@@ -82,16 +84,32 @@ def test_only_variants_named_in_params_are_read(tmp_path: Path) -> None:
         load_results(tmp_path, ["broken"])
 
 
-def test_results_from_other_code_or_a_modified_tree_are_refused_unless_allowed() -> None:
+def test_results_from_other_code_are_refused_unless_allowed() -> None:
     src = "provenance.source_sha256"
     a, b = result("fp32_baseline", 1, 1, 1, **{src: "aaaa"}), result("fast", 2, 1, 1, **{src: "bbbb"})
     with pytest.raises(LabError, match="ran different source code.*aaaa.*fp32_baseline.*allow_mixed_source=true"):
         check_one_source([a, b], allow_mixed=False)
     check_one_source([a, b], allow_mixed=True)
-    dirty = result("fast", 2, 1, 1, **{src: "aaaa", "provenance.tree_clean": False})
-    with pytest.raises(LabError, match="fast ran from a tree with uncommitted changes"):
-        check_one_source([a, dirty], allow_mixed=False)
-    check_one_source([a, result("fast", 2, 1, 1, **{src: "aaaa", "provenance.tree_clean": True})], allow_mixed=False)
+    dirty = {src: "bbbb", "provenance.tree_clean": False}  # modified, but modified alike: still two codes
+    with pytest.raises(LabError, match="ran different source code"):
+        check_one_source([a, result("fast", 2, 1, 1, **dirty)], allow_mixed=False)
+
+
+def test_a_modified_but_consistent_tree_is_flagged_per_row_not_refused() -> None:
+    dirty = {"provenance.source_sha256": "aaaa", "provenance.tree_clean": False}
+    results = [result("fp32_baseline", 100.0, 5.0, 1.0, **dirty),
+               result("clean", 200.0, 5.0, 1.0, **{**dirty, "provenance.tree_clean": True}),
+               result("noisy", 200.0, 5.0, 1.0, val_loss_repeat_spread=0.05, **dirty),
+               {"variant": "off", "status": "skipped", "message": "needs a CUDA GPU", **dirty}]
+    check_one_source(results, allow_mixed=False)  # the workspace's run goes on
+    assert uncommitted(results) == ["fp32_baseline", "noisy", "off"]
+    rows = summarize(results, "fp32_baseline", 0.1, repeat_tolerance=0.02)
+    assert [r["notes"] for r in rows] == [
+        UNCOMMITTED_NOTE, "", f"repeats disagree: val loss spread 0.0500 > 0.02; {UNCOMMITTED_NOTE}",
+        f"needs a CUDA GPU; {UNCOMMITTED_NOTE}"]
+    assert rows[1]["speedup_x"] == 2.0  # flagged rows keep their figures
+    assert UNCOMMITTED_NOTE == "measured from uncommitted code"
+    assert UNCOMMITTED_NOTE in markdown(rows, {})
 
 
 def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
@@ -106,7 +124,7 @@ def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
     assert graphs["mem_change_pct"] == pytest.approx(-10.0)  # reserved, not the allocated peak graphs hide
     assert "compare reserved memory" in graphs["notes"]
     assert graphs["mem_reserved"] is True and not any(r["mem_reserved"] for r in (rows[0], big, shared))
-    assert big["loss_ok"] == "n/a (batch 64, baseline 16)"  # another batch learns another curve
+    assert big["loss_ok"] == "n/a (batch 64, fp32_baseline 16)"  # another batch learns another curve
     assert shared["notes"] == "machine shared while timed: other GPU processes [4242], others kept 35% of the CPU busy"
 
 
@@ -157,3 +175,126 @@ def test_union_merges_overlaps_and_uncovered_skips_what_the_cover_hides() -> Non
     # 0-10 loses the three covered units; 20-30 is covered from 25; 40-50 comes after every cover.
     assert uncovered([(0.0, 10.0), (20.0, 30.0), (40.0, 50.0)], cover) == 7.0 + 5.0 + 10.0
     assert uncovered([(0.0, 10.0)], []) == 10.0
+
+
+def oom(name: str, reserved: float | None, allocated: float | None, cap: float | None = None) -> dict:
+    """A record of a variant that ran out of memory, as the bench stage writes it."""
+    return {"variant": name, "status": "oom", "message": "CUDA out of memory. Tried to allocate 768.00 MiB",
+            "peak_mem_reserved_mb": reserved, "peak_mem_allocated_mb": allocated, "params.bench.memory_cap_gib": cap,
+            **ENV}
+
+
+def test_ratios_are_against_the_baseline_where_it_ran() -> None:
+    results = [result("fp32_baseline", 100.0, 5.0, 1000.0), result("recipe", 400.0, 5.0, 500.0),
+               result("lean", 300.0, 5.0, 250.0)]
+    name, note = ratio_reference(results, "fp32_baseline", ["recipe"])
+    assert name == "fp32_baseline"
+    assert note == "Ratios (speedup, memory change, loss check) are against fp32_baseline, aggregate.baseline."
+    rows = summarize(results, "fp32_baseline", 0.1, fallbacks=["recipe"])
+    assert [r["speedup_x"] for r in rows] == [1.0, 4.0, 3.0]
+    assert {r["speedup_vs"] for r in rows} == {"fp32_baseline"}
+    assert rows[2]["mem_change_pct"] == pytest.approx(-75.0)
+
+
+def test_ratios_fall_back_to_the_first_fallback_that_ran_when_the_baseline_is_oom() -> None:
+    results = [oom("fp32_baseline", 23900.0, 23100.0, cap=24), {**oom("tf32", None, None), "status": "skipped"},
+               result("recipe", 400.0, 5.0, 500.0), result("lean", 300.0, 5.1, 250.0), result("fast", 800.0, 5.0, 600)]
+    name, note = ratio_reference(results, "fp32_baseline", ["tf32", "recipe", "lean"])
+    assert name == "recipe"  # tf32 did not run; recipe is the first that did, lean comes after it
+    assert note == ("fp32_baseline ran out of memory at 23,900 MiB reserved (23,100 MiB allocated) under a 24 GiB "
+                    "cap; ratios are against recipe, the first fallback that ran.")
+    rows = {r["variant"]: r for r in summarize(results, "fp32_baseline", 0.1, fallbacks=["tf32", "recipe", "lean"])}
+    assert rows["lean"]["speedup_x"] == pytest.approx(0.75) and rows["lean"]["speedup_vs"] == "recipe"
+    assert rows["lean"]["mem_change_pct"] == pytest.approx(-50.0)
+    assert rows["fast"]["speedup_x"] == pytest.approx(2.0) and rows["recipe"]["speedup_x"] == 1.0
+    assert rows["fp32_baseline"]["speedup_x"] is None and rows["fp32_baseline"]["speedup_vs"] is None
+    table = markdown(list(rows.values()), {}, note)
+    assert table.splitlines()[2] == note  # one line under the environment
+    assert "speedup_vs" in to_csv(list(rows.values())).splitlines()[0]
+
+
+def test_without_a_baseline_or_fallback_that_ran_there_are_no_ratios_and_a_note_says_why() -> None:
+    results = [oom("fp32_baseline", None, 20000.0), oom("recipe", 30000.0, None), result("lean", 300.0, 5.0, 250.0)]
+    name, note = ratio_reference(results, "fp32_baseline", ["recipe"])
+    assert name is None
+    assert note == ("fp32_baseline ran out of memory at 20,000 MiB allocated, and no fallback ran ok (recipe); "
+                    "the table has no ratios.")
+    rows = summarize(results, "fp32_baseline", 0.1, fallbacks=["recipe"])
+    assert all(r["speedup_x"] is None and r["mem_change_pct"] is None for r in rows)
+    assert "has no result in this run" in ratio_reference([result("lean", 1, 1, 1)], "fp32_baseline")[1]
+    assert ratio_reference([oom("fp32_baseline", None, None)], "fp32_baseline")[1] == (
+        "fp32_baseline ran out of memory, and no fallback ran ok (none named in aggregate.fallback_baselines); "
+        "the table has no ratios.")
+
+
+def parity(name: str, learns: bool | None, verdict: str, status: str = "ok", gap: float | None = 0.01) -> dict:
+    """A parity record as the parity stage writes it (the keys the summary reads)."""
+    return {"variant": name, "reference": "tf32", "status": status, "message": "", "learns_same": learns,
+            "verdict": verdict, "gap_nats": gap, "tail_loss": 5.0 + (gap or 0.0), "reference_tail_loss": 5.0}
+
+
+def test_learns_the_same_column_comes_from_the_parity_records(tmp_path: Path) -> None:
+    records = {"recipe": parity("recipe", True, "same", gap=0.004),
+               "lean": parity("lean", False, "worse by 0.12 nats", gap=0.12),
+               "fastest": parity("fastest", None, "not judged: the reference's own seeds differ by 0.08 nats"),
+               "wild": parity("wild", None, "not judged: diverged at step 40", status="diverged", gap=None)}
+    results = [result(n, 100.0, 5.0, 1.0) for n in ("fp32_baseline", "recipe", "lean", "fastest", "wild")]
+    rows = {r["variant"]: r for r in summarize(results, "fp32_baseline", 0.1, parity=records)}
+    assert rows["fp32_baseline"]["learns_same"] is None  # parity did not train it: a dash in the table
+    assert rows["recipe"]["learns_same"] == "yes" and rows["recipe"]["parity_gap_nats"] == 0.004
+    assert rows["lean"]["learns_same"] == "no: worse by 0.12 nats" and rows["lean"]["parity_gap_nats"] == 0.12
+    assert rows["fastest"]["learns_same"].startswith("not judged: the reference's own seeds")
+    assert rows["wild"]["parity_gap_nats"] is None
+    line = next(x for x in markdown(list(rows.values()), {}).splitlines() if x.startswith("| fp32_baseline"))
+    assert "learns the same" in markdown(list(rows.values()), {}) and "| –" in line
+    for name, rec in records.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+    (tmp_path / "reference-seeds.json").write_text(json.dumps({"reference": "tf32", "noise_nats": 0.01}))
+    loaded = load_parity(tmp_path)
+    assert loaded["lean"] == records["lean"] and loaded["reference-seeds"]["noise_nats"] == 0.01
+    assert load_parity(tmp_path / "missing") == {}  # no parity stages: no column, no error
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(LabError, match="broken.json is not valid JSON.*dvc repro -f parity@broken"):
+        load_parity(tmp_path)
+
+
+def test_energy_shows_what_was_measured_and_says_why_not_elsewhere() -> None:
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, 1.0, power_w_mean=650.0, tokens_per_joule=0.1538, power_note=None),
+        result("cpu", 100.0, 5.0, 1.0, power_w_mean=None, tokens_per_joule=None,
+               power_note="no NVML power reading on a CPU"),
+        result("old", 100.0, 5.0, 1.0),  # a record from before power was measured
+        {"variant": "off", "status": "skipped", "power_w_mean": None, "power_note": "not timed"},
+    ], "fp32_baseline", 0.1)
+    assert (rows[0]["power_w_mean"], rows[0]["tokens_per_joule"], rows[0]["energy_note"]) == (650.0, 0.1538, None)
+    assert rows[1]["power_w_mean"] is None and rows[1]["energy_note"] == "not measured: no NVML power reading on a CPU"
+    assert rows[2]["energy_note"] is None and rows[3]["energy_note"] is None
+    table = markdown(rows, {})
+    line = next(x for x in table.splitlines() if x.startswith("| fp32_baseline"))
+    assert "board W" in table and "tokens/J" in table and "| 650 " in line and "| 0.2 " in line
+    assert "not measured: no NVML power reading on a CPU" in table
+
+
+def test_kinds_follow_the_knobs() -> None:
+    def row(name: str, **knobs: object) -> dict:
+        base = {"precision": "fp32", "attention": "manual", "compile": False, "batch_size": 16, "parallel": "none",
+                "nproc": 1}
+        return {"variant": name, "settings": {**base, **knobs}}
+
+    recipe = {"precision": "bf16", "attention": "sdpa", "compile": True}
+    rows = [row("fp32_baseline"), row("tf32", precision="tf32"), row("recipe", **recipe),
+            row("ckpt", **recipe, activation_checkpointing="full"), row("batch_4", **recipe, batch_size=4),
+            row("fastest", **recipe, loss="onepass"), row("ddp_2", parallel="ddp", nproc=2),
+            row("fp16_sdpa", precision="fp16", attention="sdpa")]  # two knobs from each: not nearer the recipe
+    assign_kinds(rows, "fp32_baseline", "recipe", ["fastest"])
+    assert {r["variant"]: r["kind"] for r in rows} == {
+        "fp32_baseline": "seed", "tf32": "seed", "recipe": "recipe", "ckpt": "recipe", "batch_4": "recipe",
+        "fastest": "ours", "ddp_2": "other", "fp16_sdpa": "other"}
+    assign_kinds(rows, "fp32_baseline", "gone", [])  # no reference row: nothing is "on the recipe"
+    assert {r["variant"]: r["kind"] for r in rows}["ckpt"] == "other"
+    assert {r["variant"]: r["kind"] for r in rows}["fastest"] == "other"
+
+
+def test_an_empty_matrix_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LabError, match="params.yaml names no variants"):
+        load_results(tmp_path, [])

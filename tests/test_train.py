@@ -252,7 +252,7 @@ def test_weight_gradient_is_summed_in_place_by_one_fp32_output_matmul(monkeypatc
     assert len(calls) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLAS's fp32-output addmm needs a CUDA GPU")
+@pytest.mark.gpu  # cuBLAS's fp32-output addmm needs a CUDA GPU
 def test_weight_gradient_sum_on_cuda_matches_the_product_then_the_add() -> None:
     from benchlab.losses import add_weight_grad
 

@@ -1,0 +1,71 @@
+"""Presets: named sets of params.yaml values for one scale of run, chosen by the top-level key `preset`.
+
+`preset: cpu` (the default) replaces nothing: params.yaml's own values are the CPU quick start's. Any other
+name must be a key of `presets`, and its values replace params.yaml's at the same places before the params
+are checked, so `dvc exp run -S preset=gpt2_124m` moves a whole run to GPU scale with one param. To change a
+value that a preset sets, change it in the preset (`-S presets.gpt2_124m.train.steps=500`): while the preset
+is chosen, params.yaml's own value at that place is not used, and the env stage prints what the preset set.
+
+DVC builds the stage list from params.yaml's own text before any of this runs (the variants, the profile
+and parity stages, the corpus a stage depends on), so a preset may not set those keys.
+"""
+
+from typing import Any
+
+from benchlab.errors import LabError
+
+# Keys that dvc.yaml interpolates when DVC reads it: a preset could not change which stages exist or what
+# they depend on.
+FIXED = ("variants", "profile.variants", "parity.reference", "parity.variants", "data.corpus")
+
+
+def dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """The leaf keys of a nested mapping, as `a.b.c` (an empty mapping has none)."""
+    keys: list[str] = []
+    for key, value in tree.items():
+        full = f"{prefix}{key}"
+        keys += dotted_keys(value, full + ".") if isinstance(value, dict) and value else [full]
+    return keys
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s leaves in place (nested mappings merged, everything else replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _check_preset(name: str, preset: Any, base: dict[str, Any]) -> None:
+    """A preset is a mapping that only replaces keys params.yaml has, and none that dvc.yaml reads itself."""
+    if not isinstance(preset, dict):
+        raise LabError(f"presets.{name}={preset!r} is not valid; expected a mapping of params to replace, e.g. "
+                       "{model: gpt2_124m, train: {block_size: 1024}}")
+    for key in dotted_keys(preset):
+        node: Any = base
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise LabError(f"presets.{name}.{key} is not valid: params.yaml has no key {key} to replace; "
+                               "a preset replaces values that params.yaml sets")
+            node = node[part]
+        fixed = next((f for f in FIXED if key == f or key.startswith(f + ".")), None)
+        if fixed:
+            raise LabError(f"presets.{name}.{key} is not valid: dvc.yaml builds its stages from params.yaml's own "
+                           f"{fixed}, so a preset cannot change it; set {fixed} itself")
+
+
+def resolve(data: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """The chosen preset's name, params.yaml's mapping with its values in place (no preset keys left), and the
+    keys it replaced. Every preset is checked, the chosen one or not, so a typo surfaces at once."""
+    name = data.get("preset", "cpu")
+    presets = data.get("presets", {}) or {}
+    if not isinstance(presets, dict):
+        raise LabError(f"presets={presets!r} is not valid; expected a mapping of preset names to params to replace")
+    base = {k: v for k, v in data.items() if k not in ("preset", "presets")}
+    for key, preset in presets.items():
+        _check_preset(str(key), preset, base)
+    if name != "cpu" and name not in presets:
+        valid = ", ".join(["cpu", *(str(k) for k in presets if k != "cpu")])
+        raise LabError(f"preset={name!r} is not valid; expected one of: {valid} (the keys of presets)")
+    chosen = presets.get(name) or {}
+    return str(name), merged(base, chosen), dotted_keys(chosen)

@@ -1,0 +1,205 @@
+"""Faults met through DVC as a user meets them: an added variant, a stop while another run finishes, a corpus
+holding a device, and `dvc` itself killed.
+
+One small lab (env and prepare reproduced, committed) serves the module; each test puts back what it changed.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, micro_params
+from tests.test_pipeline import COPY, _processes_in
+
+pytestmark = pytest.mark.slow  # each test runs `dvc`, and torch in its stages: seconds each
+TIMEOUT_S = 300  # a hang fails the test instead of the suite
+
+
+def lab_params() -> dict:
+    """The micro params with one variant, nothing profiled and the corpus a folder, as a user's own data."""
+    data = micro_params(data__corpus="corpus")
+    data["variants"] = {"fp32_baseline": data["variants"]["fp32_baseline"]}
+    data["profile"]["variants"] = []
+    if "parity" in data:
+        data["parity"].update(reference="fp32_baseline", variants=[])
+    return data
+
+
+def env_of(repo: Path) -> dict:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+            "DVC_NO_ANALYTICS": "1", "BENCHLAB_LOCK_DIR": str(repo / ".locks"), "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def run(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`dvc ARGS` (or `git ...`) in the lab, as a user types it, never hanging past TIMEOUT_S."""
+    cmd = list(args) if args[0] == "git" else [sys.executable, "-m", "dvc", *args]
+    proc = subprocess.run(cmd, cwd=repo, env=env_of(repo), capture_output=True, text=True, timeout=TIMEOUT_S)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def set_params(repo: Path, data: dict) -> None:
+    (repo / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("faultlab")
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, repo / name)
+    (repo / "corpus").mkdir()
+    (repo / "corpus" / "docs.txt").write_text((ROOT / "data/corpus/python_docs.txt").read_text()[:60_000])
+    set_params(repo, lab_params())
+    (repo / ".locks").mkdir()
+    (repo / ".gitignore").write_text("__pycache__/\n.locks/\n")
+    run(repo, "git", "init", "-q")
+    run(repo, "git", "add", "-A")
+    run(repo, "git", "commit", "-qm", "lab")
+    run(repo, "repro", "prepare")
+    run(repo, "git", "add", "-A")
+    run(repo, "git", "commit", "-qm", "prepared")
+    return repo
+
+
+def test_an_added_variant_counts_as_committed_code(lab: Path) -> None:
+    """README's way to add a variant: params.yaml only. DVC tracks params; only code counts as uncommitted."""
+    data = lab_params()
+    data["variants"]["sdpa_fused"] = {"attention": "sdpa", "fused_adamw": True}
+    set_params(lab, data)
+    record = lab / "metrics/variants/sdpa_fused.json"
+    try:
+        run(lab, "repro", "bench@sdpa_fused")
+        assert json.loads(record.read_text())["provenance.tree_clean"] is True
+        with (lab / "benchlab/stats.py").open("a") as f:  # a change to code the stage runs does count
+            f.write("# an uncommitted edit\n")
+        run(lab, "repro", "bench@sdpa_fused")
+        assert json.loads(record.read_text())["provenance.tree_clean"] is False
+    finally:
+        run(lab, "git", "checkout", "--", "params.yaml", "dvc.lock", "benchlab/stats.py")
+
+
+HOLDER = """
+import json, sys, time, torch
+from pathlib import Path
+from benchlab import devlock
+# The first timing: holds the device, finishes its outputs when told, then exits and releases the device.
+with devlock.device_lock(torch.device("cpu"), "fail", "bench@fp32_baseline"):
+    print("held", flush=True)
+    sys.stdin.readline()
+    Path("metrics/variants").mkdir(parents=True, exist_ok=True)
+    Path("plots/steps").mkdir(parents=True, exist_ok=True)
+    Path("metrics/variants/fp32_baseline.json").write_text(json.dumps({"run": "first"}))
+    Path("plots/steps/fp32_baseline.csv").write_text("step,loss\\n0,first\\n")
+print("written", flush=True)
+"""
+
+
+def test_stopping_a_waiting_timing_keeps_the_other_runs_result(lab: Path) -> None:
+    data = lab_params()
+    data["bench"]["steps"] = 100_000  # the second run is still timing when it is stopped
+    set_params(lab, data)
+    env = {**env_of(lab), "PYTHONPATH": str(lab)}
+    first = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=lab, env=env, text=True, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    second = None
+    try:
+        assert first.stdout is not None and first.stdin is not None and first.stdout.readline().strip() == "held"
+        second = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "bench@fp32_baseline"], cwd=lab, env=env,
+                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        assert second.stdout is not None
+        for line in second.stdout:
+            if "waiting for pid" in line:
+                break
+        first.stdin.write("finish\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == "written" and first.wait(timeout=60) == 0
+        time.sleep(2.0)  # the second now holds the device and trains
+        os.killpg(second.pid, signal.SIGINT)  # Ctrl-C in its terminal
+        out = second.communicate(timeout=60)[0]
+        assert second.returncode != 0 and "stopped by the user" in out, out
+        assert json.loads((lab / "metrics/variants/fp32_baseline.json").read_text()) == {"run": "first"}
+        assert (lab / "plots/steps/fp32_baseline.csv").read_text().endswith("0,first\n")
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        run(lab, "git", "checkout", "--", "params.yaml")
+
+
+def _link(target: str):
+    return lambda path: path.symlink_to(target)
+
+
+def _socket(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()  # the socket file stays
+
+
+@pytest.mark.parametrize("kind, make, command", [
+    ("a character device (a link to /dev/zero)", _link("/dev/zero"), ["repro"]),
+    ("a character device (a link to /dev/urandom)", _link("/dev/urandom"), ["exp", "run"]),
+    ("a FIFO (named pipe)", os.mkfifo, ["repro"]),
+    ("a socket", _socket, ["repro"]),
+], ids=["dev-zero", "dev-urandom", "fifo", "socket"])
+def test_a_special_file_in_the_corpus_is_refused_before_dvc_reads_it(lab: Path, kind: str, make, command: list[str]) -> None:
+    special = lab / "corpus" / "extra.txt"
+    make(special)
+    try:
+        proc = run(lab, *command, check=False)  # before the fix: hangs, and the timeout fails the test
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out
+        assert f"holds corpus/extra.txt, {kind}" in out and "remove it (rm corpus/extra.txt)" in out, out
+        assert "Running stage 'prepare'" not in out and "Traceback" not in out
+    finally:
+        special.unlink()
+        run(lab, "exp", "remove", "--all", check=False)
+
+
+def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Path) -> None:
+    """README: 'Killing only the dvc process stops the stage within a second, and nothing is written after.'"""
+    data = lab_params()
+    data["train"]["steps"] = 100_000
+    set_params(lab, data)
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=lab, env=env_of(lab), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("train: model="):
+                break
+        time.sleep(2.0)  # training
+        assert _processes_in(lab, "stages.train"), "the stage should be running"
+        os.kill(proc.pid, signal.SIGKILL)  # dvc alone
+        killed = time.monotonic()
+        proc.wait()
+        while _processes_in(lab, "stages.train") and time.monotonic() - killed < 20:
+            time.sleep(0.02)
+        took = time.monotonic() - killed
+        assert not _processes_in(lab, "stages.train"), "the stage outlived dvc"
+        out = proc.stdout.read()  # the stage wrote to dvc's output, which this pipe still holds
+        assert "stopped because the process that started it (" in out and ") died at step " in out, out
+        assert "Traceback" not in out and "by the user" not in out, out
+        assert took < 1.0, f"the stage took {took:.2f} s to end"
+        assert not (lab / "models/model.pt").exists() and not (lab / "metrics/train.json").exists()
+    finally:
+        for pid in _processes_in(lab, "stages.train"):
+            os.kill(pid, signal.SIGKILL)
+        run(lab, "git", "checkout", "--", "params.yaml")

@@ -1,0 +1,94 @@
+"""bench.memory_cap_gib: a big GPU answers for a smaller card; bad caps get one-line errors; an OOM says where."""
+
+import pytest
+import torch
+
+from benchlab import harness
+from benchlab.config import RunSettings, parse_params
+from benchlab.errors import LabError
+from benchlab.results import base_record, measured_record
+from benchlab.runner import RunRecord, oom_message, train_once
+from model.gpt import GPTConfig
+from tests.conftest import micro_params
+
+GIB = 2**30
+CUDA = torch.device("cuda", 0)
+
+
+class FakeProps:
+    total_memory = 141 * GIB
+
+
+@pytest.fixture()
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> list:
+    """torch.cuda's calls the cap makes, recorded instead of made (no GPU here)."""
+    calls: list = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: FakeProps())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, device: calls.append((f, device)))
+    return calls
+
+
+def test_the_cap_becomes_the_fraction_of_the_card(fake_gpu: list) -> None:
+    harness.cap_memory(CUDA, 24)
+    assert fake_gpu == [(pytest.approx(24 / 141), CUDA)]
+
+
+def test_no_cap_leaves_the_card_alone(fake_gpu: list) -> None:
+    harness.cap_memory(CUDA, 0)
+    harness.cap_memory(torch.device("cpu"), 0)
+    assert fake_gpu == []
+
+
+def test_a_cap_above_the_card_is_refused(fake_gpu: list) -> None:
+    with pytest.raises(LabError, match=r"bench.memory_cap_gib=160 is more than NVIDIA H200's 141.0 GiB; set at most 141.0"):
+        harness.cap_memory(CUDA, 160)
+    assert fake_gpu == []
+
+
+def test_a_cap_on_a_cpu_is_refused(tokens) -> None:
+    with pytest.raises(LabError, match=r"bench.memory_cap_gib=16 caps a GPU's memory, but this run is on the cpu; "
+                                       r"set bench.memory_cap_gib=0"):
+        harness.cap_memory(torch.device("cpu"), 16)
+    p = parse_params(micro_params(bench__memory_cap_gib=16))
+    with pytest.raises(LabError, match="bench.memory_cap_gib=16"):  # every stage's run applies it
+        train_once(p, p.variants["fp32_baseline"], tokens, torch.device("cpu"), 4, 1)
+    rec = train_once(p, p.variants["fp32_baseline"], tokens, torch.device("cpu"), 4, 1, memory_cap_gib=0.0)
+    assert rec.status == "ok"  # parity's runs take no cap
+
+
+def test_a_negative_cap_is_a_load_error() -> None:
+    with pytest.raises(LabError, match=r"bench.memory_cap_gib=-1.0 is not valid; expected 0 \(no cap\)"):
+        parse_params(micro_params(bench__memory_cap_gib=-1))
+
+
+def test_an_oom_says_the_batch_the_cap_and_the_memory_it_held() -> None:
+    memory = {"peak_mem_allocated_mb": 23_901.4, "peak_mem_reserved_mb": 24_320.0}
+    words = oom_message(16, 24, memory, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore"))
+    assert words == ("out of memory at batch size 16 under a 24 GiB cap (peak allocated 23,901 MiB, reserved "
+                     "24,320 MiB): CUDA out of memory. Tried to allocate 2 GiB")
+    assert oom_message(8, 0, {}, RuntimeError("x")) == "out of memory at batch size 8: x"
+
+
+def test_the_cap_is_in_every_record_and_an_oom_keeps_its_memory() -> None:
+    p = parse_params(micro_params(bench__memory_cap_gib=24))
+    base = base_record("fp32_baseline", p, RunSettings(), "cuda", {}, {})
+    assert base["memory_cap_gib"] == 24 and base["params.bench.memory_cap_gib"] == 24
+    oom = RunRecord(status="oom", message="out of memory ...", memory={"peak_mem_allocated_mb": 23_900.0,
+                                                                        "peak_mem_reserved_mb": 24_300.0})
+    rec = measured_record(base, [oom], GPTConfig.from_name("tiny", vocab_size=512), 1000, 0.05)
+    assert (rec["status"], rec["peak_mem_allocated_mb"], rec["peak_mem_reserved_mb"]) == ("oom", 23_900.0, 24_300.0)
+    errored = measured_record(base, [RunRecord(status="error", message="x", memory={"peak_mem_allocated_mb": 5.0})],
+                              GPTConfig.from_name("tiny", vocab_size=512), 1000, 0.05)
+    assert "peak_mem_allocated_mb" not in errored
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_run_past_the_cap_ends_oom_with_its_memory(tokens) -> None:
+    p = parse_params(micro_params(bench__memory_cap_gib=0.05, train__batch_size=64, train__block_size=256))
+    device = torch.device("cuda")
+    rec = train_once(p, p.variants["fp32_baseline"], tokens, device, 4, 1)
+    torch.cuda.set_per_process_memory_fraction(1.0, device)  # the rest of the session gets the whole card back
+    assert rec.status == "oom", rec.message
+    assert rec.message.startswith("out of memory at batch size 64 under a 0.05 GiB cap (peak allocated ")
+    assert 0 < rec.memory["peak_mem_allocated_mb"] <= 0.05 * 1024

@@ -1,0 +1,152 @@
+"""Parity: the verdict in both directions, the batch order it controls, its records and its bad params."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from benchlab import parity
+from benchlab.config import parse_params
+from benchlab.errors import LabError
+from benchlab.runner import train_once
+from tests.conftest import ROOT, micro_params
+
+CPU = torch.device("cpu")
+
+
+def parity_params(**overrides: object):
+    return parse_params(micro_params(parity__steps=12, parity__tail_steps=4,
+                                     parity__variants=["recipe", "fastest", "lean"], **overrides))
+
+
+@pytest.mark.parametrize("gap, noise, tolerance, same, words", [
+    (0.01, 0.005, 0.05, True, "same"),
+    (-0.049, 0.0, 0.05, True, "same"),
+    (0.2, 0.01, 0.05, False, "worse by 0.200 nats"),
+    (-0.3, 0.01, 0.05, False, "better by 0.300 nats"),
+    (0.0, 0.08, 0.05, None, "not judged: the reference's two batch orders end 0.080 nats apart"),
+])
+def test_verdict_against_the_tolerance_and_the_references_own_noise(gap, noise, tolerance, same, words) -> None:
+    got_same, got_words = parity.verdict(gap, noise, tolerance)
+    assert got_same is same and got_words.startswith(words)
+
+
+def test_the_batch_order_follows_data_seed_and_the_weights_follow_seed(tokens) -> None:
+    p = parity_params()
+    ref = p.variants[p.parity.reference]
+    a = train_once(p, ref, tokens, CPU, 6, 1, data_seed=1)
+    again = train_once(p, ref, tokens, CPU, 6, 1, data_seed=1)
+    other = train_once(p, ref, tokens, CPU, 6, 1, data_seed=2)
+    assert a.losses == again.losses
+    assert a.losses[0] != other.losses[0]  # other batches from the first step
+    reseeded = train_once(dataclasses.replace(p, seed=p.seed + 1), ref, tokens, CPU, 6, 1, data_seed=1)
+    assert reseeded.losses[0] != a.losses[0]  # same batches, other initial weights
+
+
+def reference_of(p, tokens) -> dict:
+    runs = [parity.train_curve(p, p.parity.reference, tokens, CPU, s) for s in p.parity.seeds]
+    return parity.reference_record(p, runs, parity.data_passes(p, p.parity.reference, tokens))
+
+
+def test_the_reference_against_itself_learns_the_same(tokens) -> None:
+    p = parity_params(parity__tolerance=1.0)
+    ref = reference_of(p, tokens)
+    assert ref["status"] == "ok" and ref["noise_nats"] > 0  # two orders: some spread
+    same = parity.train_curve(p, p.parity.reference, tokens, CPU, p.parity.seeds[0])
+    rec = parity.variant_record(p, "tf32", same, ref, 0.5)
+    assert rec["gap_nats"] == 0.0 and rec["learns_same"] is True and rec["verdict"] == "same"
+    assert rec["tail_loss"] == pytest.approx(sum(same.losses[-4:]) / 4)
+
+
+def test_a_variant_with_a_wrong_learning_rate_fails_parity(tokens) -> None:
+    p = parity_params(parity__tolerance=0.05)
+    ref = {**reference_of(p, tokens), "noise_nats": 0.0}  # judge the gap alone
+    wrong = dataclasses.replace(p, train=dataclasses.replace(p.train, lr=p.train.lr / 50, min_lr=0.0))
+    run = parity.train_curve(wrong, "recipe", tokens, CPU, p.parity.seeds[0])
+    rec = parity.variant_record(p, "recipe", run, ref, 0.5)
+    assert rec["learns_same"] is False and rec["verdict"].startswith("worse by"), rec["verdict"]
+    assert rec["gap_nats"] > 0.05
+
+
+def test_a_skipped_variant_or_reference_is_not_judged(tokens) -> None:
+    p = parity_params()
+    skipped = parity.train_curve(p, "fastest", tokens, CPU, 1)  # CUDA graphs: not on a CPU
+    assert skipped.status == "skipped"
+    rec = parity.variant_record(p, "fastest", skipped, {"status": "ok"}, 1.0)
+    assert rec["learns_same"] is None and rec["verdict"].startswith("not judged: fastest skipped: compile_mode=")
+    run = parity.train_curve(p, "recipe", tokens, CPU, 1)
+    rec = parity.variant_record(p, "recipe", run, {"status": "oom", "message": "out of memory"}, 1.0)
+    assert rec["learns_same"] is None and rec["verdict"] == "not judged: the reference tf32 oom: out of memory"
+
+
+def test_a_reference_made_with_other_params_is_refused() -> None:
+    p = parity_params()
+    ref = parity.settings_record(p)
+    parity.check_reference(p, ref)
+    with pytest.raises(LabError, match=r"other params \(steps\); rerun `dvc repro parity_reference`"):
+        parity.check_reference(p, {**ref, "steps": 99})
+
+
+def test_data_passes_counts_the_tokens_of_every_step(tokens) -> None:
+    p = parity_params()
+    assert parity.data_passes(p, "recipe", tokens) == pytest.approx(12 * 4 * 32 / len(tokens.train))
+
+
+def test_curve_csv_leaves_a_shorter_run_blank() -> None:
+    text = parity.curve_csv({"loss": [2.0, 1.5], "reference_loss": [2.0]})
+    assert text == "step,loss,reference_loss\n0,2.000000,2.000000\n1,1.500000,\n"
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"parity__tail_steps": 200}, "parity.tail_steps=200 is not valid; expected between 1 and parity.steps=150"),
+    ({"parity__steps": 1}, "parity.steps=1 is not valid; expected 2 or more"),
+    ({"parity__tolerance": 0}, "parity.tolerance=0.0 is not valid; expected a positive number of nats"),
+    ({"parity__tolerance": -0.1}, "parity.tolerance=-0.1 is not valid"),
+    ({"parity__seeds": [3, 3]}, "parity.seeds=[3, 3] is not valid; expected two different integers"),
+    ({"parity__seeds": [1]}, "parity.seeds=[1] is not valid"),
+    ({"parity__reference": "ghost"}, "parity.reference='ghost' is not valid; expected fp32_baseline"),
+    ({"parity__variants": ["recipe", "nope"]}, "parity.variants='nope' is not valid"),
+    ({"parity__variants": ["tf32"]}, "parity.variants=['tf32'] is not valid; expected variants other than the reference"),
+    ({"parity__variants": ["ddp_2"]}, "parity.variants='ddp_2' is not valid; expected a one-process variant"),
+    ({"parity__depth": 3}, "unknown key 'parity.depth'"),
+])
+def test_bad_parity_params_get_one_line_errors(overrides, words) -> None:
+    data = micro_params()
+    data["parity"].update(steps=150, tail_steps=30, variants=["recipe", "fastest", "lean"])
+    for dotted, value in overrides.items():
+        data["parity"][dotted.split("__")[1]] = value
+    with pytest.raises(LabError) as err:
+        parse_params(data)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_stage_writes_what_aggregate_reads(workdir: Path) -> None:
+    data = yaml.safe_load((workdir / "params.yaml").read_text())
+    data["parity"].update(steps=8, tail_steps=3, tolerance=5.0, variants=["recipe"])
+    (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = lambda *args, stage: subprocess.run([sys.executable, "-m", *args], cwd=workdir, capture_output=True,  # noqa: E731
+                                              text=True, env={**env, "DVC_STAGE": stage})
+    assert run("stages.prepare", "prep", stage="prepare").returncode == 0
+    early = run("stages.parity", "prep", "rec", "curves", stage="parity@recipe")
+    assert early.returncode != 0 and "rec/reference-seeds.json is missing or unreadable" in early.stderr, early.stderr
+    assert "Traceback" not in early.stderr
+    ref = run("stages.parity", "prep", "rec", "curves", stage="parity_reference")
+    assert ref.returncode == 0 and "parity@tf32: ok, orders" in ref.stdout, ref.stderr
+    out = run("stages.parity", "prep", "rec", "curves", stage="parity@recipe")
+    assert out.returncode == 0 and "parity@recipe: same" in out.stdout, out.stdout + out.stderr
+    record = json.loads((workdir / "rec/recipe.json").read_text())
+    assert record["learns_same"] is True and record["reference"] == "tf32" and record["steps"] == 8
+    assert record["env.torch"] == torch.__version__ and "provenance.source_sha256" in record
+    lines = (workdir / "curves/recipe.csv").read_text().splitlines()
+    assert lines[0] == "step,loss,reference_loss" and len(lines) == 9
+    seeds = (workdir / "curves/reference-seeds.csv").read_text().splitlines()
+    assert seeds[0] == "step,seed_a,seed_b" and len(seeds) == 9
+    wrong = run("stages.parity", "prep", "rec", "curves", stage="parity@lean")
+    assert wrong.returncode != 0 and "variant 'lean' is not in parity.variants; valid: recipe" in wrong.stderr
