@@ -67,6 +67,8 @@ def cap_memory(device: torch.device, cap_gib: float) -> None:
     of that size has a few hundred MiB less to give.
     """
     if cap_gib <= 0:
+        if device.type == "cuda":  # the whole card: an earlier capped run in this process must not cap this one
+            torch.cuda.set_per_process_memory_fraction(1.0, _index(device))
         return
     if device.type != "cuda":
         raise LabError(f"bench.memory_cap_gib={cap_gib:g} caps a GPU's memory, but this run is on the "
@@ -75,7 +77,12 @@ def cap_memory(device: torch.device, cap_gib: float) -> None:
     if cap_gib * 2**30 > total:
         raise LabError(f"bench.memory_cap_gib={cap_gib:g} is more than {torch.cuda.get_device_name(device)}'s "
                        f"{total / 2**30:.1f} GiB; set at most {total / 2**30:.1f}, or 0 for no cap")
-    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total, device)
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total, _index(device))
+
+
+def _index(device: torch.device) -> int:
+    """The card a device means: `cuda` alone names the current one."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def current_mb(device: torch.device) -> float:

@@ -7,10 +7,13 @@ result must stay.
 """
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +64,31 @@ def disk_full(path: str | Path, err: BaseException) -> Exception:
                                                 "limit (ulimit -f) was reached")
     return LabError(f"writing {path} failed: {why}; nothing was recorded. Free space (or raise the limit) "
                     "and rerun the stage")
+
+
+@contextmanager
+def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
+    """Write `path` in this run alone: a second run of the same stage on it fails at once, naming the first.
+
+    Two prepares into one folder would each delete the other's files half way. The lock is an flock on a file
+    in the system's temp folder (or BENCHLAB_LOCK_DIR) named after the output's absolute path, as the device
+    lock is, so the kernel drops it however its holder dies; experiments in their own workspaces never meet."""
+    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("BENCHLAB_LOCK_DIR") or tempfile.gettempdir())
+    fd = os.open(folder / f"benchlab-out-{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            from benchlab.errors import LabError  # benchlab.errors imports this module
+
+            other = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            raise LabError(f"{path} is being written by {other}; wait for it to finish, then rerun") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({holder}, since {time.strftime('%H:%M:%S')})".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 def write_json(path: str | Path, data: Any) -> None:

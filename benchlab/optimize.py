@@ -41,7 +41,9 @@ from model.gpt import GPT
 def resolve_device(choice: DeviceChoice) -> torch.device:
     """auto picks CUDA when there is one; asking for CUDA without one is an error."""
     if choice == "cuda" and not torch.cuda.is_available():
-        raise LabError("device='cuda' but torch sees no CUDA GPU; use device=auto or device=cpu")
+        build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise LabError(f"device='cuda' but torch {torch.__version__} ({build}) sees no CUDA GPU; install a CUDA build "
+                       "of torch (README, On your GPU), or use device=auto or device=cpu (preset=cpu)")
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(choice)

@@ -69,3 +69,10 @@ def resolve(data: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
         raise LabError(f"preset={name!r} is not valid; expected one of: {valid} (the keys of presets)")
     chosen = presets.get(name) or {}
     return str(name), merged(base, chosen), dotted_keys(chosen)
+
+
+def applied(data: dict[str, Any]) -> dict[str, Any]:
+    """A committed run's params.yaml as its stages saw it: the chosen preset's values in place, unchecked (an
+    older folder may hold keys today's params no longer know). A folder without a preset is returned as is."""
+    chosen = (data.get("presets") or {}).get(data.get("preset", "cpu")) or {}
+    return merged(data, chosen) if isinstance(chosen, dict) else data

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from benchlab import presets
 from benchlab.config import AggregateParams
 from benchlab.errors import LabError, run_main
 from benchlab.io import write_text
@@ -62,7 +63,7 @@ class RunFiles:
 
 
 def write_run_report(records: list[dict[str, Any]], files: RunFiles, agg: AggregateParams, report_md: Path,
-                     plot_dir: Path, title: str) -> tuple[list[dict[str, Any]], str]:
+                     plot_dir: Path, title: str, not_run: list[str] = ()) -> tuple[list[dict[str, Any]], str]:
     """Write the report and its PNGs (into plot_dir); return the summary's rows and its ratio line."""
     parity = load_parity(files.parity)
     rows, note = table(records, agg, parity)
@@ -71,7 +72,7 @@ def write_run_report(records: list[dict[str, Any]], files: RunFiles, agg: Aggreg
     links = [Path(os.path.relpath(p, report_md.parent)).as_posix() for p in pngs]
     sections = [f"# {title}\n", overview(rows), environment(records), settings(records, note),
                 results_table(grouped(rows), rows), energy(rows), parity_section(parity, rows),
-                plots(links), kernels(files.profiles, [r["variant"] for r in rows]), not_measured(records)]
+                plots(links), kernels(files.profiles, [r["variant"] for r in rows]), not_measured(records, not_run)]
     write_text(report_md, "\n".join(sections))
     return rows, note
 
@@ -217,8 +218,7 @@ def parity_section(parity: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
                  f"batch-order seeds {', '.join(map(str, seeds.get('seeds') or [])) or DASH}: mean loss over the last "
                  f"{seeds.get('tail_steps', DASH)} steps {tails or DASH}, a gap of "
                  f"{_num(seeds.get('noise_nats'), '.4f')} nats from the batch order alone; tolerance "
-                 f"{_num(seeds.get('tolerance'), 'g')} nats ({seeds.get('status', DASH)}"
-                 f"{': ' + seeds['message'] if seeds.get('message') else ''}).\n\n")
+                 f"{_num(seeds.get('tolerance'), 'g')} nats ({tolerance_words(seeds)}).\n\n")
     cols = ["variant", "verdict", "tail loss", "reference tail loss", "gap nats", "val loss", "reference val loss",
             "data passes", "steps (tail)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
@@ -281,12 +281,27 @@ def kernels(profiles: Path, variants: list[str]) -> str:
     return text
 
 
-def not_measured(records: list[dict[str, Any]]) -> str:
+def tolerance_words(seeds: dict[str, Any]) -> str:
+    """Whether the reference's run lets the tolerance judge: it ran, and its two orders end closer than it."""
+    if seeds.get("status") != "ok":
+        return f"the reference {seeds.get('status', DASH)}: {seeds.get('message') or DASH}"
+    noise, tolerance = seeds.get("noise_nats"), seeds.get("tolerance")
+    if noise is None or tolerance is None:
+        return DASH
+    if noise > tolerance:
+        return "below that gap: no verdict; a tolerance above the gap, or a longer run, gives one"
+    return "above that gap: verdicts are the optimization's, not the batch order's"
+
+
+def not_measured(records: list[dict[str, Any]], not_run: list[str] = ()) -> str:
     """Every variant without a measurement, with its record's own reason; an oom row with the memory it reached."""
     missing = [r for r in records if r["status"] != "ok"]
     head = "## Skipped and failed\n\n"
+    if not_run:
+        head += (f"Not run (the run stopped before them; the same command again runs them): {', '.join(not_run)}."
+                 "\n\n")
     if not missing:
-        return head + "Every variant ran ok.\n"
+        return head + "Every variant that ran, ran ok.\n"
     lines = ["| variant | status | why | stopped at |", "| --- | --- | --- | --- |"]
     for r in missing:
         where = stopped_at(r).removeprefix(" at ") if r["status"] == "oom" else ""
@@ -302,7 +317,7 @@ def folder_params(folder: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text()) if path.is_file() else {}
     except yaml.YAMLError as err:
         raise LabError(f"{path} is not valid YAML ({err})") from None
-    return data if isinstance(data, dict) else {}
+    return presets.applied(data) if isinstance(data, dict) else {}
 
 
 def folder_aggregate(params: dict[str, Any], names: list[str]) -> AggregateParams:
@@ -329,8 +344,9 @@ def folder_report(folder: Path, title: str | None = None) -> Path:
     agg = folder_aggregate(params, names)
     check_one_env(records, agg.allow_mixed_env)
     check_one_source(records, agg.allow_mixed_source)
+    not_run = [n for n in (params.get("variants") or {}) if n not in recorded]
     write_run_report(records, files, agg, folder / "report.md", folder / "report",
-                     title or f"Run report: {folder.as_posix()}")
+                     title or f"Run report: {folder.as_posix()}", not_run)
     return folder / "report.md"
 
 

@@ -19,15 +19,21 @@ src=$(pwd); ws=$src/.gpu-ws/$name; corpus=/tmp/gpu-text/python-sources.txt; whee
 mkdir -p "$out" "$src/.gpu-ws"
 export PYTHONUNBUFFERED=1
 log() { echo "remote_gpu: $*" | tee -a "$out/times.txt"; }
-if [ ! -d "$ws/.git" ]; then
-  git clone -q "$src" "$ws"
+if [ ! -d "$ws/.git" ]; then  # the tree's files (the copy's .git may lag them) as a fresh repository
+  mkdir -p "$ws"
+  tar -C "$src" --exclude=./.git --exclude=./.whl --exclude=./.gpu-ws --exclude=./.venv -cf - . | tar -C "$ws" -xf -
+  git -C "$ws" init -q && git -C "$ws" add -A
+  git -C "$ws" -c user.name=lab -c user.email=lab@localhost commit -qm "${BENCHLAB_GIT_COMMIT:-tree}"
   git -C "$ws" config user.name lab && git -C "$ws" config user.email lab@localhost  # for DVC's experiment commits
 fi
+export BENCHLAB_GIT_COMMIT=${BENCHLAB_GIT_COMMIT:-}  # the commit the tree came from, for every record
 cd "$ws"
 log "clone at $(git rev-parse --short HEAD)"
 if [ ! -x .venv/bin/dvc ]; then  # the README's GPU install, on top of this machine's CUDA build of torch
   began=$SECONDS
-  python3 -m venv --system-site-packages .venv
+  python3 -m venv .venv  # sees this machine's packages (its CUDA torch) through a .pth file: python3 may be a venv's
+  base=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$base" > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine.pth"
   reqs=requirements-gpu.txt
   if [ -n "${SKIP_PINS:-}" ]; then  # pins whose wheels are too large to carry there; the machine's own are kept
     reqs=$(mktemp); grep -hv -E "^-r|^($(tr ' ' '|' <<< "$SKIP_PINS"))==" requirements-base.txt requirements-gpu.txt > "$reqs"
@@ -43,7 +49,7 @@ if [ ! -s "$corpus" ]; then  # a user's own text: this machine's Python sources,
 import sys, sysconfig
 from pathlib import Path
 out, limit = Path(sys.argv[1]), int(sys.argv[2]) * 10**6
-roots = {Path(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib")}
+roots = {Path(sysconfig.get_paths()["stdlib"])} | {Path(p) for p in sys.path if "-packages" in p and Path(p).is_dir()}
 written = 0
 with out.open("w", encoding="utf-8") as f:
     for path in sorted(p for root in roots for p in root.rglob("*.py")):
@@ -55,7 +61,7 @@ print(f"corpus: {written / 1e6:.1f} MB of Python sources in {out}")
 PY
 fi
 if [ "${GPU_TESTS:-0}" = 1 ] && [ ! -f .gpu-tests-done ]; then
-  python -m pytest -q -o addopts= -p no:cacheprovider -m gpu tests 2>&1 | tee "$out/gpu-tests.txt" | tail -n 5
+  python -m pytest -q -o addopts= -p no:cacheprovider -m gpu tests 2>&1 | tee "$out/gpu-tests.txt" | tail -n 5 || true
   touch .gpu-tests-done
 fi
 began=$SECONDS

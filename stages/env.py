@@ -10,6 +10,9 @@ a FIFO or a socket, which DVC would otherwise hang on while hashing it.
 
 import argparse
 
+import yaml
+
+from benchlab import harness, presets
 from benchlab.build import check_model
 from benchlab.config import load_params
 from benchlab.corpus import check_regular
@@ -28,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
     check_model(p)
     check_regular(p.data.corpus)  # before DVC hashes it for the prepare stage
     device = resolve_device(p.device)
+    harness.cap_memory(device, p.bench.memory_cap_gib)  # a cap on a CPU, or above the card, stops here
+    if p.preset != "cpu":
+        replaced = presets.resolve(yaml.safe_load(open("params.yaml")))[2]
+        print(f"env: preset {p.preset} replaces {', '.join(replaced)} (change them under presets.{p.preset})")
     env = {**environment(), "device": device.type}
     write_json(args.out, env)
     print(f"env: {env['gpu'] or env['cpu']}, torch {env['torch']}, device {device.type}")

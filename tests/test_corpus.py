@@ -197,3 +197,109 @@ def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
     # Five times the text, the same memory (MiB): the whole-file code needed ~200 bytes a corpus byte (3 GB here).
     assert peaks[15_000_000] < peaks[3_000_000] + 40, peaks
     assert peaks[15_000_000] < 1024, peaks  # torch and pyarrow imported alone take ~600 MiB in some venvs
+
+
+# ---------------------------------------------------------------- issue 34: special files, exhausted machines
+
+
+def test_special_files_are_found_by_their_metadata_alone(tmp_path: Path) -> None:
+    from benchlab.corpus import special_files
+
+    (tmp_path / "a.txt").write_text("text")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "zero.txt").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "sub" / "pipe.txt")  # opening it would block: it is only stat-ed
+    (tmp_path / "sub" / "up").symlink_to(tmp_path)  # a loop back up the tree is walked once
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "gone")
+    found = {path.relative_to(tmp_path).as_posix(): kind for path, kind in special_files(tmp_path)}
+    assert found == {"sub/zero.txt": "a character device", "sub/pipe.txt": "a FIFO (named pipe)",
+                     "dangling.txt": "a broken link"}
+
+
+# The prepare stage in a child process, under a limit set after its imports (so that they always fit).
+LIMITED_PREPARE = """
+import resource, signal, sys
+from benchlab.errors import run_main
+from stages import prepare
+kind, extra = sys.argv[1], int(sys.argv[2])
+if kind == "memory":  # extra: bytes of address space beyond what the imports took
+    vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
+else:  # a file-size limit stands for a full disk: SIGXFSZ ignored, a write past it fails with EFBIG
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (extra, extra))
+run_main(prepare.main, ["prep"])
+"""
+
+
+def prepare_limited(kind: str, extra: int, cwd: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-c", LIMITED_PREPARE, kind, str(extra)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_full_disk_during_prepare_is_one_line_and_leaves_nothing(workdir: Path) -> None:
+    proc = prepare_limited("disk", 10_000, workdir)  # train.bin is ~40 kB
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: writing prep/train.bin failed: the write stopped short") and "ulimit -f" in last
+    assert not (workdir / "prep").exists()
+
+
+@pytest.mark.parametrize("headroom_mb", [16, 64])
+def test_prepare_out_of_memory_leaves_no_temporary_file(workdir: Path, headroom_mb: int) -> None:
+    """Where Python gets control (a thread it cannot start, a MemoryError) one line says so; where the
+    tokenizer's Rust allocator aborts the process, nothing is left behind either."""
+    proc = prepare_limited("memory", headroom_mb << 20, workdir)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    if proc.returncode == 2:
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "ulimit -v" in last and last.endswith("nothing recorded"), last
+    else:
+        assert proc.returncode == -signal.SIGABRT, proc.stderr
+    assert not (workdir / "prep").exists() or not list((workdir / "prep").iterdir())
+
+
+def test_a_memory_error_in_prepare_is_one_line(workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from benchlab.errors import run_main
+    from stages import prepare as stage
+
+    def no_memory(*args: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr("benchlab.corpus.split_tail", no_memory)  # after train.bin is written
+    with pytest.raises(SystemExit) as stop:
+        run_main(stage.main, ["prep"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: out of memory: raise the memory limit (ulimit -v) or free memory; nothing recorded")
+    assert not (workdir / "prep").exists()
+
+
+def test_a_second_prepare_into_the_same_folder_leaves_the_first_alone(workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the second deleted the first's folder half way and the first died with a traceback."""
+    from benchlab.errors import run_main
+    from stages import prepare as stage
+
+    monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(workdir))
+    generated_corpus(workdir / "corpus.txt", 3_000_000)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-m", "stages.prepare", "prep"], cwd=workdir, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("(prepare, since" in p.read_text() for p in workdir.glob("benchlab-out-*.lock")):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        with pytest.raises(SystemExit) as stop:
+            run_main(stage.main, ["prep"])
+        assert stop.value.code == 2
+        assert f"error: prep is being written by pid {first.pid} (prepare, since " in capsys.readouterr().err
+        _, err = first.communicate(timeout=300)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, err
+    assert len(load_tokens(workdir / "prep").train) > 0

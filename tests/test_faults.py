@@ -1,5 +1,6 @@
 """Faults a hostile or unlucky user meets: a second timing on the device, Ctrl-C, SIGTERM, a dead parent."""
 
+import errno
 import json
 import os
 import shutil
@@ -181,3 +182,80 @@ def test_a_stop_is_never_recorded_as_a_variant_error(params, tokens, monkeypatch
     monkeypatch.setattr("benchlab.runner.train_step", broken)
     rec = train_once(params, params.variants["fp32_baseline"], tokens, CPU, steps=4, warmup=2, keep_going=True)
     assert rec.status == "error" and rec.message == "RuntimeError: a library kernel failed"
+
+
+# ---------------------------------------------------------------- issue 34: nothing lost, nothing silently wrong
+
+
+def test_a_failed_stage_removes_only_what_it_wrote(tmp_path: Path) -> None:
+    """Another run of the same stage may finish the same outputs while this one waits for the device."""
+    from benchlab import io
+
+    ours, theirs, later = tmp_path / "ours.json", tmp_path / "theirs.json", tmp_path / "later.csv"
+    io.forget_outputs()
+    io.remove_outputs(ours, theirs, later, tmp_path / "plots")
+    io.write_json(ours, {"run": "this one"})
+    io.write_json(theirs, {"run": "this one"})
+    (tmp_path / "other.tmp").write_text('{"run": "the other"}')
+    os.replace(tmp_path / "other.tmp", theirs)  # the other run finished after us: its file replaced ours
+    later.write_text("the other run's")  # written by the other run alone
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "theirs.png").write_bytes(b"png")
+    io.discard_outputs()
+    assert not ours.exists()
+    assert json.loads(theirs.read_text()) == {"run": "the other"} and later.read_text() == "the other run's"
+    assert (tmp_path / "plots" / "theirs.png").exists()
+
+
+def test_out_of_file_descriptors_is_not_a_dead_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen under `ulimit -n 12`: the watcher could not open /proc, took that for a dead parent and stopped train."""
+    def no_descriptor(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    me, parent = os.getpid(), os.getppid()
+    grandparent = lifeline._ppid_of(parent)
+    monkeypatch.setattr(lifeline, "open", no_descriptor, raising=False)
+    assert lifeline.orphaned([(me, parent)]) is False
+    assert lifeline.orphaned([(me, parent), (parent, grandparent)]) is False
+
+
+def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher's SIGTERM after Linux's, or a second Ctrl-C, landed in an exit hook and printed a traceback."""
+    monkeypatch.setitem(lifeline._state, "signalled", False)
+    monkeypatch.setitem(lifeline._state, "pairs", [(os.getpid(), os.getppid())])
+    with pytest.raises(lifeline.Stopped, match="terminated"):
+        lifeline._on_term(signal.SIGTERM, None)
+    lifeline._on_term(signal.SIGTERM, None)  # ignored
+    lifeline._on_int(signal.SIGINT, None)  # ignored
+
+
+@pytest.mark.parametrize("error, line", [
+    (OSError(errno.EMFILE, "Too many open files", "/proc/self/stat"),
+     "error: too many open files: raise the limit (ulimit -n) (/proc/self/stat); nothing recorded"),
+    (OSError(errno.ENOSPC, "No space left on device"), "error: the disk is full: free space; nothing recorded"),
+    (MemoryError(), "error: out of memory: raise the memory limit (ulimit -v) or free memory; nothing recorded"),
+    (RuntimeError("can't start new thread"),
+     "error: could not start a thread: out of memory or processes (ulimit -v, ulimit -u); nothing recorded"),
+], ids=["file descriptors", "disk", "memory", "threads"])
+def test_an_exhausted_machine_is_one_line_and_nothing_recorded(tmp_path: Path, error: BaseException, line: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from benchlab.io import remove_outputs, write_json
+
+    def stage(argv: list[str] | None) -> None:
+        remove_outputs(tmp_path / "out.json")
+        write_json(tmp_path / "out.json", {})
+        raise error
+
+    with pytest.raises(SystemExit) as stop:
+        run_main(stage, [])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_library_bug_still_shows_its_traceback(tmp_path: Path) -> None:
+    def stage(argv: list[str] | None) -> None:
+        raise RuntimeError("a kernel failed")
+
+    with pytest.raises(RuntimeError, match="a kernel failed"):
+        run_main(stage, [])

@@ -31,13 +31,14 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> list:
 
 def test_the_cap_becomes_the_fraction_of_the_card(fake_gpu: list) -> None:
     harness.cap_memory(CUDA, 24)
-    assert fake_gpu == [(pytest.approx(24 / 141), CUDA)]
+    assert fake_gpu == [(pytest.approx(24 / 141), 0)]
 
 
-def test_no_cap_leaves_the_card_alone(fake_gpu: list) -> None:
-    harness.cap_memory(CUDA, 0)
+def test_no_cap_gives_the_whole_card_back(fake_gpu: list) -> None:
+    harness.cap_memory(CUDA, 24)
+    harness.cap_memory(CUDA, 0)  # a later run in the same process is not held to the earlier cap
     harness.cap_memory(torch.device("cpu"), 0)
-    assert fake_gpu == []
+    assert fake_gpu == [(pytest.approx(24 / 141), 0), (1.0, 0)]
 
 
 def test_a_cap_above_the_card_is_refused(fake_gpu: list) -> None:
@@ -85,10 +86,12 @@ def test_the_cap_is_in_every_record_and_an_oom_keeps_its_memory() -> None:
 
 @pytest.mark.gpu
 def test_on_a_gpu_a_run_past_the_cap_ends_oom_with_its_memory(tokens) -> None:
-    p = parse_params(micro_params(bench__memory_cap_gib=0.05, train__batch_size=64, train__block_size=256))
+    p = parse_params(micro_params(bench__memory_cap_gib=0.05, train__batch_size=256, train__block_size=128))
     device = torch.device("cuda")
-    rec = train_once(p, p.variants["fp32_baseline"], tokens, device, 4, 1)
-    torch.cuda.set_per_process_memory_fraction(1.0, device)  # the rest of the session gets the whole card back
+    try:
+        rec = train_once(p, p.variants["fp32_baseline"], tokens, device, 4, 1)
+    finally:
+        harness.cap_memory(device, 0)  # the rest of the session gets the whole card back
     assert rec.status == "oom", rec.message
-    assert rec.message.startswith("out of memory at batch size 64 under a 0.05 GiB cap (peak allocated ")
+    assert rec.message.startswith("out of memory at batch size 256 under a 0.05 GiB cap (peak allocated ")
     assert 0 < rec.memory["peak_mem_allocated_mb"] <= 0.05 * 1024

@@ -163,7 +163,7 @@ def test_the_baseline_that_ran_is_the_reference_and_the_ratios_say_so(run_dir: P
     aggregate.main(ARGS)
     report = (run_dir / "metrics/report.md").read_text()
     assert "Ratios (speedup, memory change, loss check) are against fp32_baseline, aggregate.baseline." in report
-    assert table_row(report, "fastest")[6] == "12.00x" and "Every variant ran ok." in report
+    assert table_row(report, "fastest")[6] == "12.00x" and "Every variant that ran, ran ok." in report
 
 
 def test_uncommitted_code_is_flagged_and_the_run_goes_on(run_dir: Path) -> None:
@@ -212,7 +212,7 @@ def test_the_folder_command_writes_a_report_beside_the_folders_files(tmp_path: P
     assert "![throughput](report/throughput.png)" in report
     row = table_row(report, "old_record")
     assert row[3] == "1,000" and row[4:6] == ["–", "–"] and row[10] == "–"  # what it lacks is a dash
-    assert "gone" not in report
+    assert "| gone |" not in report and "Not run (the run stopped before them; the same command again runs them): gone." in report
 
 
 def test_the_folder_command_refuses_mixed_code_and_a_folder_without_records(tmp_path: Path) -> None:
@@ -245,3 +245,17 @@ def test_profile_summary_reads_families_or_a_cpu_profiles_top_ops() -> None:
            "| op | calls per step | self CPU ms per step | share % |\n| --- | --- | --- | --- |\n"
            "| `aten::mm` | 27.0 | 8.508 | 17.5 |\n")
     assert profile_summary(cpu) == ("tiny, batch 16 x 128, 3 traced steps", {}, ["`aten::mm` 17.5%"])
+
+
+def test_the_parity_section_says_whether_the_tolerance_can_judge() -> None:
+    from benchlab.runreport import tolerance_words
+    assert tolerance_words({"status": "ok", "noise_nats": 0.23, "tolerance": 0.05}).startswith("below that gap: no verdict")
+    assert tolerance_words({"status": "ok", "noise_nats": 0.01, "tolerance": 0.05}).startswith("above that gap")
+    assert tolerance_words({"status": "oom", "message": "out of memory"}) == "the reference oom: out of memory"
+
+
+def test_a_stopped_runs_report_names_the_variants_it_did_not_reach() -> None:
+    from benchlab.runreport import not_measured
+    text = not_measured([{"variant": "a", "status": "ok"}], ["b", "c"])
+    assert "Not run (the run stopped before them; the same command again runs them): b, c." in text
+    assert text.endswith("Every variant that ran, ran ok.\n")
