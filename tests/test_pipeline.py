@@ -43,7 +43,7 @@ def pipeline_params() -> dict:
         "loss_chunked": {"attention": "sdpa", "loss": "chunked", "batch_size": 4, "grad_accum": 2},
     }
     data["profile"]["variants"] = ["recipe"]
-    data["parity"].update(reference="fp32_baseline", variants=["recipe"], steps=6, tail_steps=2, tolerance=5.0)
+    data["parity"].update(reference="fp32_baseline", variants=["ckpt_full"], steps=6, tail_steps=2, tolerance=5.0)
     return data
 
 # Loaded into every Python process of the pipeline: any attempt to open an
@@ -121,11 +121,11 @@ def test_repro_produces_every_declared_output(repo: Path) -> None:
     expected += [f"plots/profiles/{v}_{kind}" for v in pipeline_params()["profile"]["variants"]
                  for kind in ("kernels.md", "trace.json.gz")]
     expected += [f"metrics/variants/{v}.json" for v in variants] + [f"plots/steps/{v}.csv" for v in variants]
-    expected += [f"{folder}/{name}.{ext}" for name in ("reference-seeds", "recipe")
+    expected += [f"{folder}/{name}.{ext}" for name in ("reference-seeds", "ckpt_full")
                  for folder, ext in (("metrics/parity", "json"), ("plots/parity", "csv"))] + ["metrics/report.md"]
     missing = [p for p in expected if not (repo / p).is_file()]
     assert not missing
-    parity = json.loads((repo / "metrics/parity/recipe.json").read_text())
+    parity = json.loads((repo / "metrics/parity/ckpt_full.json").read_text())
     assert parity["reference"] == "fp32_baseline" and parity["steps"] == 6 and parity["learns_same"] is True
     report = (repo / "metrics/report.md").read_text()
     assert "## Does it learn the same? (parity)" in report and "No parity records" not in report
