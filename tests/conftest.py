@@ -14,6 +14,17 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus" / "python_docs.txt"
 
 
+def copy_sources(repo: Path, names: list[str]) -> None:
+    """The repository's files and folders named, copied into a scratch lab (no bytecode)."""
+    for name in names:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, repo / name)
+
+
 def micro_params(**overrides: object) -> dict:
     """params.yaml's content, shrunk so a run takes a second or two on CPU."""
     data = yaml.safe_load((ROOT / "params.yaml").read_text())

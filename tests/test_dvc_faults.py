@@ -6,7 +6,6 @@ One small lab (env and prepare reproduced, committed) serves the module; each te
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, micro_params
+from tests.conftest import ROOT, copy_sources, micro_params
 from tests.test_pipeline import COPY, _processes_in
 
 pytestmark = pytest.mark.slow  # each test runs `dvc`, and torch in its stages: seconds each
@@ -56,13 +55,7 @@ def set_params(repo: Path, data: dict) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("faultlab")
-    for name in COPY:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, repo / name)
+    copy_sources(repo, COPY)
     (repo / "corpus").mkdir()
     (repo / "corpus" / "docs.txt").write_text((ROOT / "data/corpus/python_docs.txt").read_text()[:60_000])
     set_params(repo, lab_params())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, micro_params
+from tests.conftest import ROOT, copy_sources, micro_params
 
 # One xdist worker runs this whole module, so its DVC repository is built once: tests/conftest.py collects
 # these tests first, and xdist's first batch for the first worker holds them all.
@@ -80,13 +80,7 @@ def ran(proc: subprocess.CompletedProcess) -> set[str]:
 
 def build_lab(repo: Path) -> None:
     """A scratch lab with the micro params, committed, reproduced once and committed again."""
-    for name in COPY:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, repo / name)
+    copy_sources(repo, COPY)
     (repo / "stages" / "__init__.py").touch()
     (repo / "corpus.txt").write_text((ROOT / "data/corpus/python_docs.txt").read_text()[:60_000])
     (repo / "params.yaml").write_text(yaml.safe_dump(pipeline_params(), sort_keys=False))
