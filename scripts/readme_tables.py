@@ -24,11 +24,10 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchlab import presets  # noqa: E402
+from benchlab.runreport import folder_params  # noqa: E402
 from benchlab.config import AggregateParams, RunSettings  # noqa: E402  (the knob table and the baselines' defaults)
 
 SECTION = re.compile(r"<!-- generated:(\w+)(.*?) -->\n(.*?)<!-- /generated:\1 -->", re.S)
@@ -168,8 +167,7 @@ def load_run(run: Path) -> tuple[dict[str, dict], dict, dict, dict[str, dict]]:
     records = read_json_dir(run / "metrics/variants")
     if not records:
         raise SystemExit(f"{run}: no metrics/variants/*.json to make a headline table from")
-    params = yaml.safe_load((run / "params.yaml").read_text()) if (run / "params.yaml").is_file() else {}
-    params = presets.applied(params or {})  # as the run's stages saw them
+    params = folder_params(run)  # as the run's stages saw them (its preset applied)
     env_file = run / "metrics/env.json"
     env = json.loads(env_file.read_text()) if env_file.is_file() else {
         k[4:]: v for r in records.values() for k, v in r.items() if k.startswith("env.")}

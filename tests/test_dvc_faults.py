@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, copy_sources, micro_params
-from tests.test_pipeline import COPY, _processes_in
+from tests.test_pipeline import COPY, _processes_in, start_training
 
 pytestmark = pytest.mark.slow  # each test runs `dvc`, and torch in its stages: seconds each
 TIMEOUT_S = 300  # a hang fails the test instead of the suite
@@ -171,13 +171,9 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
     data = lab_params()
     data["train"]["steps"] = 100_000
     set_params(lab, data)
-    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=lab, env=env_of(lab), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_training(lab, env_of(lab))
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("train: model="):
-                break
         time.sleep(2.0)  # training
         assert _processes_in(lab, "stages.train"), "the stage should be running"
         os.kill(proc.pid, signal.SIGKILL)  # dvc alone

@@ -262,6 +262,17 @@ def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
     sh(repo, "git", "checkout", "--", "params.yaml")
 
 
+def start_training(repo: Path, env: dict) -> subprocess.Popen:
+    """`dvc repro train` in its own session, returned once the stage has begun training."""
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=repo, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("train: model="):
+            break
+    return proc
+
+
 def _processes_in(folder: Path, marker: str) -> list[int]:
     """PIDs of live processes whose command line holds `marker` and whose working folder is `folder`."""
     found = []
@@ -281,13 +292,8 @@ def test_killing_only_dvc_stops_the_stage_and_it_never_writes(repo: Path) -> Non
     params["train"]["steps"] = 4000
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=repo, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_training(repo, env)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("train: model="):
-                break
         assert _processes_in(repo, "stages.train"), "the stage should be running"
         os.kill(proc.pid, signal.SIGKILL)  # dvc alone: its shell and the stage live on unless they notice
         proc.wait()
