@@ -243,12 +243,7 @@ def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
     params["train"]["steps"] = 150  # long enough to be killed mid-run
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train"], cwd=repo, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("train: model="):
-            break
+    proc = start_training(repo, env)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (repo / "models/model.pt").exists()
