@@ -184,7 +184,9 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
         took = time.monotonic() - killed
         assert not _processes_in(lab, "stages.train"), "the stage outlived dvc"
         out = proc.stdout.read()  # the stage wrote to dvc's output, which this pipe still holds
-        assert "stopped because the process that started it (" in out and ") died at step " in out, out
+        # a slow machine may not have finished a step yet; either way the cause is named
+        assert "stopped because the process that started it (" in out, out
+        assert ") died at step " in out or ") died before its first step; nothing recorded" in out, out
         assert "Traceback" not in out and "by the user" not in out, out
         assert took < 1.0, f"the stage took {took:.2f} s to end"
         assert not (lab / "models/model.pt").exists() and not (lab / "metrics/train.json").exists()
