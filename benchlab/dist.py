@@ -3,7 +3,8 @@
 A stage that runs a `parallel` variant starts `python -m torch.distributed.run`
 (torchrun) with the same stage module in its repeat mode (`torchrun_argv`);
 torchrun sets RANK, WORLD_SIZE and LOCAL_RANK, and each rank joins the process
-group here (`init`): NCCL on CUDA, gloo on a CPU. There is no launcher of ours.
+group here (`init`): NCCL on CUDA, gloo on a CPU. There is no launcher of ours:
+benchlab/launch.py only starts torchrun and reads back what the ranks wrote.
 
 Across machines the same stage runs on every node with the environment below,
 and torchrun's c10d rendezvous makes one job of them (README "Past one GPU"):

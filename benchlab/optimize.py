@@ -1,22 +1,20 @@
-"""Every optimization is applied here, from outside the model, in one fixed order.
+"""Every optimization is applied here, from outside the model, in one fixed order: `benchlab.knobs.STEPS`, the one
+list of it (the knob table numbers each knob's steps by their place there, and a test holds `apply` to it).
 
-0. the attention kernel (the model's constructor, `benchlab.build`), then:
-1. device placement (in the weights' dtype), 2. TF32 matmul flags, 3. float8 Linear layers (torchao),
-4. activation checkpointing of each block (and how compiled backward replays
-random ops), 5. data parallelism: FSDP2's fully_shard on every block and on
-the model, or DDP around the loss head's module, 6. the loss head, wrapped
-whole by torch.compile (with its mode), 7. the optimizer (for-loop, fused,
-8-bit or stochastically rounding AdamW, over the sharded parameters, with gradient clipping folded into
-the fused kernel when asked), and the update (clipping and step), compiled in
-the same mode when asked, 8. autocast and the fp16 GradScaler. The order is torchtitan's: float8 swaps
-modules before checkpointing wraps them, fully_shard wraps the checkpointed
-blocks, and compile sees the final module tree, calling through DDP (whose
-graph it splits at bucket boundaries, so all-reduce overlaps backward). Under
-FSDP2, compile goes on each block's forward just before fully_shard instead,
-so that FSDP2's hooks stay outside the graphs (torchtitan's order too), and
-on the output layer with its cross-entropy, called after the model's body. DDP
-must wrap the module the step calls, the loss head, since the chunked and
-fused heads call the model's body, not its forward."""
+The attention kernel is the model's constructor's (`benchlab.build`); then `apply` places the model on its device in
+the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
+chooses how compiled backward replays random ops), applies data parallelism (FSDP2's fully_shard on every block and
+on the model; DDP goes around the loss head's module), builds the loss head, wrapped whole by torch.compile (with its
+mode), makes the optimizer (for-loop, fused, compiled, 8-bit or stochastically rounding AdamW, over the sharded
+parameters, with gradient clipping folded into the fused kernel when asked, the update compiled for adamw_compiled),
+and last the fp16 GradScaler (autocast itself is entered around each step's forward).
+
+The order is torchtitan's: float8 swaps modules before checkpointing wraps them, fully_shard wraps the checkpointed
+blocks, and compile sees the final module tree, calling through DDP (whose graph it splits at bucket boundaries, so
+all-reduce overlaps backward). Under FSDP2, compile goes on each block's forward just before fully_shard instead, so
+that FSDP2's hooks stay outside the graphs (torchtitan's order too), and on the output layer with its cross-entropy,
+called after the model's body. DDP must wrap the module the step calls, the loss head, since the chunked and fused
+heads call the model's body, not its forward."""
 
 import importlib.util
 import os
@@ -31,10 +29,12 @@ import torch._functorch.config
 import torch.distributed
 import torch.nn as nn
 
-from benchlab.config import CUDA_GRAPH_MODES, DeviceChoice, DeviceFacts, RunSettings, TrainParams, unsupported_reason
+from benchlab.config import DeviceChoice, TrainParams
 from benchlab.env import package_version
 from benchlab.errors import LabError
-from benchlab.losses import BodyThenHead, LossFn, loss_fn
+from benchlab.heads.choose import BodyThenHead, LossFn, loss_fn
+from benchlab.knobs import CUDA_GRAPH_MODES, RunSettings, unsupported_reason
+from benchlab.skips import DeviceFacts
 from model.gpt import GPT
 
 
@@ -69,9 +69,16 @@ def why_not(settings: RunSettings, device: torch.device) -> str | None:
     return unsupported_reason(settings, device_facts(device))
 
 
-def set_tf32(settings: RunSettings) -> None:
-    """TF32 off only for the pure-fp32 recipe; on for tf32, and for what autocast leaves in fp32."""
-    torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
+def place(model: GPT, settings: RunSettings, device: torch.device) -> GPT:
+    """The model on its device, its parameters in weight_dtype."""
+    return model.to(device, dtype=None if settings.weight_dtype == "fp32" else torch.bfloat16)
+
+
+def set_tf32(settings: RunSettings, device: torch.device) -> None:
+    """TF32 off only for the pure-fp32 recipe; on for tf32, and for what autocast leaves in fp32. CUDA's flag: on a
+    CPU nothing is set."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
 
 
 # Which Linear layers `fp8` swaps, by their name in the model (torchao's module_filter_fn sees the fqn).
@@ -132,30 +139,33 @@ def rng_replay(settings: RunSettings) -> None:
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
-    """AdamW with decay on matrices only (as GPT-2 trainers do): for-loop, fused kernel, torchao's 8-bit one, or
-    torchao's with stochastic rounding into bf16 weights (their learning rate is a tensor, which `set_lr` fills)."""
+    """AdamW with decay on matrices only (as GPT-2 trainers do), the implementation `settings.optimizer` names.
+    torchao's optimizers and the compiled update keep the learning rate as a tensor, which `set_lr` fills."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    if settings.adam_state == "8bit":
-        from torchao.optim import AdamW8bit
+    betas = (0.9, 0.95)
+    match settings.optimizer:
+        case "adamw":  # foreach=False: the plain per-parameter loop, the unoptimized baseline
+            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, foreach=False, fused=False)
+        case "adamw_fused":
+            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, fused=True)
+        case "adamw_compiled":
+            # For torch.compile (`apply` compiles the update): torch picks the implementation (foreach on a GPU,
+            # which dynamo traces whole and makes capturable), and the learning rate is a tensor on the device: as
+            # a float it would be a constant of the graph, compiled again each time the schedule changes it.
+            return torch.optim.AdamW(groups, lr=torch.tensor(train.lr, device=params[0].device), betas=betas)
+        case "adamw_8bit":
+            from torchao.optim import AdamW8bit
 
-        return AdamW8bit(groups, lr=train.lr, betas=(0.9, 0.95))
-    if settings.weight_dtype == "bf16_sr":
-        from benchlab.sr_adamw import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
+            return AdamW8bit(groups, lr=train.lr, betas=betas)
+        case "adamw_bf16_sr":
+            from benchlab.sr_adamw import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
 
-        return OneCallAdamW(groups, lr=train.lr, betas=(0.9, 0.95))
-    if settings.compile_update:
-        # For torch.compile: torch picks the implementation (foreach on a GPU, which dynamo traces whole and makes
-        # capturable), and the learning rate is a tensor on the device, which `set_lr` fills: as a float it would be
-        # a constant of the graph, compiled again each time the schedule changes it.
-        return torch.optim.AdamW(groups, lr=torch.tensor(train.lr, device=params[0].device), betas=(0.9, 0.95))
-    if settings.fused_adamw:
-        return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), fused=True)
-    # foreach=False: the plain per-parameter loop, the unoptimized baseline.
-    return torch.optim.AdamW(groups, lr=train.lr, betas=(0.9, 0.95), foreach=False, fused=False)
+            return OneCallAdamW(groups, lr=train.lr, betas=betas)
+    raise LabError(f"optimizer={settings.optimizer!r} is not one this lab makes")  # params.yaml's check refuses it
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -267,7 +277,7 @@ class TrainingRun:
     update: Callable[[float], None] = field(init=False)  # the training step's update: clip_and_step, or compiled
 
     def __post_init__(self) -> None:
-        self.update = self.clip_and_step  # `apply` compiles it under compile_update
+        self.update = self.clip_and_step  # `apply` compiles it for optimizer=adamw_compiled
 
     def clip_gradients(self, max_norm: float) -> None:
         """Limit the gradients' global 2-norm to max_norm (0: no clipping), as torch's clip_grad_norm_ does.
@@ -286,8 +296,8 @@ class TrainingRun:
         self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
 
     def clip_and_step(self, max_norm: float) -> None:
-        """The optimizer update without a GradScaler: clip the gradients, then step. `compile_update` compiles
-        this (dynamo splits it at the optimizer's own graph breaks: clipping and the step become two graphs)."""
+        """The optimizer update without a GradScaler: clip the gradients, then step. optimizer=adamw_compiled
+        compiles this (dynamo splits it at the optimizer's own graph breaks: clipping and the step become two graphs)."""
         self.clip_gradients(max_norm)
         self.optimizer.step()
 
@@ -303,19 +313,9 @@ def make_scaler(settings: RunSettings, device: torch.device) -> torch.amp.GradSc
     return torch.amp.GradScaler(device.type) if settings.precision == "fp16" else None
 
 
-def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
-    """Apply the settings to a freshly built model, in the module docstring's order."""
-    reason = why_not(settings, device)
-    if reason:
-        raise LabError(reason)
-    model = model.to(device, dtype=None if settings.weight_dtype == "fp32" else torch.bfloat16)
-    if device.type == "cuda":
-        set_tf32(settings)
-    if settings.fp8 != "none":
-        to_float8(model, settings.fp8)
-    if settings.activation_checkpointing != "none":
-        checkpoint_blocks(model, settings.activation_checkpointing)
-    rng_replay(settings)
+def parallelize(model: GPT, settings: RunSettings, device: torch.device) -> None:
+    """FSDP2: compile each block's forward (with compile), then shard the model; DDP wraps the loss head's module
+    later (`wrapper`). A parallel run needs the process group torchrun's ranks joined."""
     if settings.parallel != "none" and not torch.distributed.is_initialized():
         raise LabError(f"parallel={settings.parallel} runs under torchrun (the bench stage starts it); "
                        "this process joined no process group")
@@ -323,13 +323,33 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
         if settings.compile:
             compile_blocks(model, settings)
         shard(model, settings, device)
+
+
+def loss_head(model: GPT, settings: RunSettings, device: torch.device) -> LossFn:
+    """The loss the step calls: the chosen head, wrapped by DDP and torch.compile as asked (under FSDP2 with
+    compile, a standard or inline head is compiled apart from the body)."""
     if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
-        loss = BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
-    else:
-        loss = loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
-                       chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
+        return BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
+    return loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
+                   chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
+
+
+def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
+    """Apply the settings to a freshly built model, one step of `benchlab.knobs.STEPS` after another."""
+    reason = why_not(settings, device)
+    if reason:
+        raise LabError(reason)
+    model = place(model, settings, device)
+    set_tf32(settings, device)
+    if settings.fp8 != "none":
+        to_float8(model, settings.fp8)
+    if settings.activation_checkpointing != "none":
+        checkpoint_blocks(model, settings.activation_checkpointing)
+    rng_replay(settings)
+    parallelize(model, settings, device)
+    loss = loss_head(model, settings, device)
     optimizer = make_optimizer(model, settings, train)
     run = TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)
-    if settings.compile_update:
+    if settings.optimizer == "adamw_compiled":
         run.update = in_mode(settings)(run.clip_and_step)
     return run

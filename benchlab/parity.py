@@ -14,7 +14,9 @@ mean training loss over the last parity.tail_steps with that run's:
 Parity asks about learning, not speed: its runs are not timed and take no memory cap.
 """
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -112,3 +114,12 @@ def curve_csv(columns: dict[str, list[float]]) -> str:
         cells = [f"{v[step]:.6f}" if step < len(v) and math.isfinite(v[step]) else "" for v in columns.values()]
         rows.append(f"{step}," + ",".join(cells))
     return "\n".join(rows) + "\n"
+
+
+def read_reference(path: Path) -> dict:
+    """The reference's record, which every variant's verdict needs."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise LabError(f"{path} is missing or unreadable ({type(err).__name__}); run `dvc repro parity_reference` "
+                       "first") from None

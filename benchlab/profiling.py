@@ -1,13 +1,24 @@
-"""Top-kernel tables from a torch.profiler Chrome trace.
+"""Top-kernel tables from a torch.profiler Chrome trace, and the profile stage's two outputs.
 
 On a GPU the table is built from the trace's `kernel` events: each kernel's
 device time counted once (op-level rows such as `aten::mm` would count the
 same time again). Kernels are also grouped into coarse families so a step's
 time can be read the way shared/GPU.md breaks the reference recipe down.
+On a CPU there are no kernels: the table lists the ops with the most self CPU time.
 """
 
+import gzip
+import json
+import shutil
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import torch
+
+from benchlab.io import atomic_path, write_text
 
 # First match wins; checked against the lower-cased kernel name.
 FAMILIES: list[tuple[str, tuple[str, ...]]] = [
@@ -133,3 +144,53 @@ def kernel_markdown(summary: dict[str, Any], rows: int = 25) -> str:
                  " of it no other kernel ran beside them (exposed communication")
         tail += f", {100 * exposed / step:.1f}% of the GPU step)." if step else ")."
     return "\n".join(lines) + f"\n\n{tail}\n"
+
+
+def outputs(out_dir: Path, name: str) -> tuple[Path, Path]:
+    """The profile stage's outputs for variant `name`: the kernels table and the gzipped trace."""
+    return out_dir / f"{name}_kernels.md", out_dir / f"{name}_trace.json.gz"
+
+
+@contextmanager
+def profiler(device: torch.device, warm: int, active: int) -> Iterator[Any]:
+    """torch.profiler over a run's first `warm` steps untraced (compilation and allocator warm-up stay out of
+    the trace), then `active` traced ones; the run steps it through its `on_step` hook (`prof.step`)."""
+    from torch.profiler import ProfilerActivity, profile, schedule  # the profile stage alone needs it
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=warm, active=active, repeat=1)) as prof:
+        yield prof
+
+
+def write_profile(prof: Any, out_dir: Path, name: str, device: torch.device, about: str, steps: int) -> None:
+    """The trace, gzipped (it opens in Perfetto or chrome://tracing), and the top-kernels table, titled with
+    what was traced (`about`), per traced step of `steps`."""
+    kernels, trace = outputs(out_dir, name)
+    raw = out_dir / f".{name}_trace.json"
+    prof.export_chrome_trace(str(raw))
+    events = json.loads(raw.read_text())["traceEvents"]
+    with atomic_path(trace) as tmp, raw.open("rb") as src, gzip.open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    what = "kernels by device time" if device.type == "cuda" else "ops by self CPU time"
+    table = kernel_markdown(kernel_summary(events, steps)) if device.type == "cuda" else cpu_ops_markdown(prof, steps)
+    write_text(kernels, f"# {name}: top {what}\n\n{about}\n\n" + table)
+
+
+def write_not_profiled(out_dir: Path, name: str, why: str) -> None:
+    """The outputs of a variant this device cannot run: the reason, and an empty trace."""
+    kernels, trace = outputs(out_dir, name)
+    write_text(kernels, why)
+    with atomic_path(trace) as tmp, gzip.open(tmp, "wt") as f:
+        f.write('{"traceEvents": []}')
+
+
+def cpu_ops_markdown(prof: Any, steps: int, rows: int = 25) -> str:
+    """On CPU there are no kernels: the ops with the most self CPU time."""
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    lines = ["| op | calls per step | self CPU ms per step | share % |", "| --- | --- | --- | --- |"]
+    for e in events[:rows]:
+        t = e.self_cpu_time_total
+        lines.append(f"| `{e.key[:100]}` | {e.count / steps:.1f} | {t / 1000.0 / steps:.3f} | {100.0 * t / total:.1f} |")
+    return "\n".join(lines) + f"\n\nSelf CPU time: {total / 1000.0 / steps:.2f} ms per step.\n"

@@ -17,8 +17,9 @@ from typing import Any
 from tabulate import tabulate
 
 from benchlab import stats
-from benchlab.config import KNOBS, AggregateParams
+from benchlab.config import AggregateParams
 from benchlab.errors import LabError
+from benchlab.knobs import KNOBS, from_old_knobs
 
 # Knobs that say how a run is spread over processes; a multi-process row's one-process
 # counterpart has every other knob the same.
@@ -74,7 +75,9 @@ ENV_KEYS = ("env.gpu", "env.driver", "env.cuda", "env.torch", "env.python", "env
 
 
 def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any]]:
-    """Each named variant's result; a missing or unreadable one is an error naming its stage."""
+    """Each named variant's result; a missing or unreadable one is an error naming its stage. A record written
+    before the `optimizer` knob has its knobs read as it (`benchlab.knobs.from_old_knobs`), so rows of old and new
+    records compare knob by knob."""
     if not names:
         raise LabError("params.yaml names no variants, so there is nothing to tabulate; add one under `variants:`")
     out = []
@@ -83,7 +86,7 @@ def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any
         if not path.is_file():
             raise LabError(f"{path} is missing; run `dvc repro bench@{name}`")
         try:
-            out.append(json.loads(path.read_text()))
+            out.append(from_old_knobs(json.loads(path.read_text())))
         except json.JSONDecodeError as err:
             raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f bench@{name}`") from None
     return out

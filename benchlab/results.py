@@ -5,7 +5,8 @@ from dataclasses import asdict
 from typing import Any
 
 from benchlab import stats
-from benchlab.config import CUDA_GRAPH_MODES, Params, RunSettings
+from benchlab.config import Params
+from benchlab.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.io import flat
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.runner import RunRecord

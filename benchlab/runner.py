@@ -2,28 +2,23 @@
 
 The train stage, every variant stage and the profile stage call `train_once`
 (the profiler through its `on_step` hook), so they share one training step,
-one learning-rate schedule and one way of feeding batches. A variant's
-repeats each run in a fresh process (`repeat_in_fresh_process`), so no
-repeat inherits another's allocator, caches or clocks.
+one learning-rate schedule and one way of feeding batches. Which process a
+run happens in (this one, a fresh one per repeat, torchrun's ranks) is
+benchlab/launch.py's business.
 
 Under torchrun every rank draws the same global batch (the same seed) and
-trains on its slice of it, so the ranks together see exactly the batch one
-process would; `combine_ranks` turns the ranks' records into the run's: a
-step takes as long as its slowest rank, and its loss is the ranks' mean.
+trains on its slice of it (`rank_slice`), so the ranks together see exactly
+the batch one process would.
 """
 
 import gc
 import json
 import math
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,7 +26,8 @@ from tqdm import tqdm
 
 from benchlab import dist, harness, lifeline, power
 from benchlab.build import fresh_model
-from benchlab.config import CUDA_GRAPH_MODES, Params, RunSettings
+from benchlab.config import Params
+from benchlab.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.data import BatchStream, TokenData, check_fits, eval_batches
 from benchlab.errors import LabError
 from benchlab.optimize import TrainingRun, apply, set_lr
@@ -320,102 +316,6 @@ def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str
                      if memory.get(key) is not None)
     return f"out of memory at batch size {batch}{cap}" + (f" ({held})" if held else "") + \
         f": {(str(err).splitlines() or [''])[0][:200]}"
-
-
-def _peak_mb(rec: RunRecord) -> float | None:
-    return rec.memory.get("peak_mem_allocated_mb") or rec.memory.get("peak_rss_mb")
-
-
-def combine_ranks(records: list[RunRecord]) -> RunRecord:
-    """One run's record from its ranks' (rank order): the slowest rank's time per step, the mean loss per step,
-    the highest memory peaks; rank 0's validation loss (every rank evaluates the same batches)."""
-    first = records[0]
-    failed = next((r for r in records if r.status != "ok"), None)
-    if failed is not None:
-        return failed
-    out = RunRecord(**{f.name: getattr(first, f.name) for f in fields(RunRecord) if f.name != "run"})
-    out.world_size = len(records)
-    out.step_ms = [max(times) for times in zip(*(r.step_ms for r in records))]
-    out.losses = [float(np.mean(values)) for values in zip(*(r.losses for r in records))]
-    out.first_step_ms = out.step_ms[0] if out.step_ms else None
-    for key in ("warmup_s", "window_wall_ms", "mem_growth_mb"):
-        values = [getattr(r, key) for r in records if getattr(r, key) is not None]
-        setattr(out, key, max(values) if values else None)
-    out.memory = {k: max((r.memory[k] for r in records if r.memory.get(k) is not None), default=None)
-                  for k in first.memory}
-    out.rank_peak_mb = [_peak_mb(r) or 0.0 for r in records]
-    energy = power.combine([power.PowerReading(r.power_w, r.energy_j, r.power_note) for r in records])
-    out.power_w, out.energy_j, out.power_note = energy.power_w, energy.energy_j, energy.note
-    out.neighbours = _ranks_neighbours([r.neighbours for r in records])
-    return out
-
-
-def _ranks_neighbours(facts: list[dict]) -> dict:
-    """One job's neighbours from its ranks': a rank's partners are not neighbours. Their PIDs leave the
-    other-GPU-process list, and their own CPU share leaves each rank's "others" (the windows coincide:
-    every rank times the same steps)."""
-    if not all(facts):
-        return facts[0]
-    ranks = {f.get("pid") for f in facts}
-    gpu = [f["other_gpu_processes"] for f in facts if f.get("other_gpu_processes") is not None]
-    ours = sum(f["cpu_busy_ours_pct"] for f in facts)
-    return {
-        "pid": facts[0].get("pid"),
-        "other_gpu_processes": sorted({pid for seen in gpu for pid in seen} - ranks) if gpu else None,
-        "cpu_busy_pct": max(f["cpu_busy_pct"] for f in facts),
-        "cpu_busy_ours_pct": ours,
-        "cpu_busy_others_pct": max(max(0.0, f["cpu_busy_others_pct"] - (ours - f["cpu_busy_ours_pct"])) for f in facts),
-    }
-
-
-def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) -> RunRecord:
-    """Run one repeat as `python -m <module_args> --record-to FILE` in a new process and read back its RunRecord.
-
-    With `nproc`, torchrun starts the module on that many ranks per node (`dist.torchrun_argv`) and the
-    first rank of this node writes the ranks' combined record. The child is the same stage in its repeat
-    mode; a failure there (a LabError, a crash, a stop) fails this stage with the child's last words,
-    and so does any rank's death under torchrun: its partners' timings would be of a broken job.
-    """
-    with tempfile.TemporaryDirectory(prefix="benchlab-repeat-") as tmp:
-        out = Path(tmp) / "record.json"
-        cmd = dist.torchrun_argv(nproc, module_args) if nproc else [sys.executable, "-m", *module_args]
-        proc = subprocess.run([*cmd, "--record-to", str(out)], stdout=None, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=lifeline.die_with_parent)
-        if proc.returncode == 0 and out.is_file():
-            rec = RunRecord.from_json(out.read_text())
-            rec.exit_s = max(0.0, time.time() - out.stat().st_mtime)  # the child's teardown after it wrote
-            return rec
-        sys.stderr.write(proc.stderr)
-        last = last_words(proc.stderr)
-        if nproc:
-            raise LabError(f"the {nproc}-rank torchrun job failed (exit {proc.returncode}): {last}; nothing recorded")
-        if proc.returncode in (2, 130, 143):  # the user's error or a stop: this stage cannot go on either
-            raise LabError(f"a repeat's process failed (exit {proc.returncode}): {last}")
-        # A crash (a CUDA fault, a killed compiler worker) is this variant's result; the matrix goes on.
-        return RunRecord(status="error", message=f"the repeat's process died (exit {proc.returncode}): {last[:300]}")
-
-
-def last_words(stderr: str) -> str:
-    """The line that says why a child failed: a stage's own `error:` line, else torchrun's note of the first
-    rank that failed (its partners were stopped because of it), else a stop, else the last line."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    if errors:
-        return errors[0].removeprefix("error: ")
-    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), 0)
-    fields_ = {}
-    for line in lines[root:]:  # torchrun's summary: "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 7)", ...
-        key, _, value = line.partition(":")
-        if key.strip() in ("rank", "exitcode", "traceback") and key.strip() not in fields_:
-            fields_[key.strip()] = value.strip()
-    if "rank" in fields_ and "exitcode" in fields_:
-        words = f"rank {fields_['rank']} ended with exit code {fields_['exitcode']}"
-        signal_name = fields_.get("traceback", "")
-        return words + (f" ({signal_name})" if signal_name.startswith("Signal") else "")
-    stops = [line for line in lines if line.startswith("stopped ")]
-    if stops:
-        return stops[0].removesuffix("; nothing recorded")
-    return lines[-1] if lines else "no message"
 
 
 def release(device: torch.device) -> None:

@@ -23,6 +23,7 @@ from benchlab import presets
 from benchlab.config import AggregateParams
 from benchlab.errors import LabError, run_main
 from benchlab.io import write_text
+from benchlab.knobs import from_old_knobs
 from benchlab.plots import grouped, make_plots, memory_key, memory_of
 from benchlab.report import (KINDS, REFERENCE_SEEDS, UNCOMMITTED_NOTE, check_one_env, check_one_source, load_parity,
                              load_results, memory_cap_gib, not_run_reason, stopped_at, table, uncommitted)
@@ -311,13 +312,21 @@ def not_measured(records: list[dict[str, Any]], not_run: list[str] = ()) -> str:
 
 
 def folder_params(folder: Path) -> dict[str, Any]:
-    """A results folder's params.yaml as plain data: older folders hold keys today's params no longer know."""
+    """A results folder's params.yaml as plain data: older folders hold keys today's params no longer know. The
+    knobs that `optimizer` replaced are read as it (`benchlab.knobs.from_old_knobs`), at the top and in each
+    variant."""
     path = folder / "params.yaml"
     try:
         data = yaml.safe_load(path.read_text()) if path.is_file() else {}
     except yaml.YAMLError as err:
         raise LabError(f"{path} is not valid YAML ({err})") from None
-    return presets.applied(data) if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    params = from_old_knobs(presets.applied(data))
+    variants = params.get("variants")
+    if isinstance(variants, dict):
+        params["variants"] = {n: from_old_knobs(v) if isinstance(v, dict) else v for n, v in variants.items()}
+    return params
 
 
 def folder_aggregate(params: dict[str, Any], names: list[str]) -> AggregateParams:

@@ -59,6 +59,9 @@ PRESETS: dict[str, GPTConfig] = {
     "gpt2_124m": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
     # GPT-2 medium.
     "gpt2_350m": GPTConfig(n_layer=24, n_head=16, n_embd=1024, block_size=1024, vocab_size=50304),
+    # GPT-2 large and XL: the sizes people train on one GPU, where the scale axis ends.
+    "gpt2_774m": GPTConfig(n_layer=36, n_head=20, n_embd=1280, block_size=1024, vocab_size=50304),
+    "gpt2_1558m": GPTConfig(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50304),
 }
 
 

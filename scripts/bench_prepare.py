@@ -87,7 +87,7 @@ def run_prepare(corpus: Path, out: Path) -> dict:
 
 def _pieces(corpus: Path, limit: int) -> list[str]:
     from benchlab.config import DataParams
-    from benchlab.corpus import corpus_pieces
+    from benchlab.formats import corpus_pieces
 
     pieces, size = [], 0
     for piece in corpus_pieces([corpus], DataParams(corpus=str(corpus)), 256 * 1024):
@@ -113,7 +113,8 @@ def throughput(corpus: Path, prepared: Path, limit: int = 32_000_000) -> dict:
     import numpy as np
     from tokenizers import Tokenizer
 
-    from benchlab.corpus import Piece, encode_stream
+    from benchlab.corpus import encode_stream
+    from benchlab.formats import Piece
 
     tok_path = str(prepared / "tokenizer.json")
     tok = Tokenizer.from_file(tok_path)

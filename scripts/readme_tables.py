@@ -28,7 +28,8 @@ from typing import Any, get_args, get_type_hints
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.runreport import folder_params  # noqa: E402
-from benchlab.config import AggregateParams, RunSettings  # noqa: E402  (the knob table and the baselines' defaults)
+from benchlab.config import AggregateParams  # noqa: E402  (the baselines' defaults)
+from benchlab.knobs import RunSettings, applied_at  # noqa: E402  (the knob table)
 
 SECTION = re.compile(r"<!-- generated:(\w+)(.*?) -->\n(.*?)<!-- /generated:\1 -->", re.S)
 
@@ -56,7 +57,8 @@ def knob_default(value: Any) -> str:
 
 
 def knobs_table() -> str:
-    """One row per field of RunSettings: values, default, what it does, where apply applies it, where it is skipped."""
+    """One row per field of RunSettings: values, default, what it does, where apply applies it (numbered by the
+    place of its step in benchlab.knobs.STEPS), where it is skipped."""
     hints = get_type_hints(RunSettings)
     rows = ["| knob | values | default | what it does | applied at | skipped where |",
             "| --- | --- | --- | --- | --- | --- |"]
@@ -64,7 +66,7 @@ def knobs_table() -> str:
         skip = f.metadata["skip"]
         where = " ".join((skip.__doc__ or "").split()) if skip else "runs everywhere"
         rows.append(f"| `{f.name}` | {knob_values(hints[f.name])} | `{knob_default(f.default)}` | "
-                    f"{f.metadata['doc']} | {f.metadata['applied']} | {where} |")
+                    f"{f.metadata['doc']} | {applied_at(f)} | {where} |")
     return "\n".join(rows)
 
 

@@ -15,7 +15,7 @@ import yaml
 from benchlab import harness, presets
 from benchlab.build import check_model
 from benchlab.config import load_params
-from benchlab.corpus import check_regular
+from benchlab.formats import check_regular
 from benchlab.env import environment
 from benchlab.errors import run_main
 from benchlab.io import remove_outputs, write_json

@@ -8,7 +8,6 @@ side, for `dvc plots diff`) to the curve folder.
 """
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -36,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         raise LabError(f"variant {name!r} is not in parity.variants; valid: {', '.join(p.parity.variants) or '(none)'}")
     record, curve = Path(args.record_dir) / f"{name}.json", Path(args.curve_dir) / f"{name}.csv"
     remove_outputs(record, curve)
-    ref = None if reference else read_reference(Path(args.record_dir) / f"{parity.REFERENCE_NAME}.json")
+    ref = None if reference else parity.read_reference(Path(args.record_dir) / f"{parity.REFERENCE_NAME}.json")
     if ref is not None:
         parity.check_reference(p, ref)
     data, device = load_tokens(args.data_dir), resolve_device(p.device)
@@ -55,15 +54,6 @@ def main(argv: list[str] | None = None) -> None:
     write_text(curve, parity.curve_csv(columns))
     write_json(record, {**out, **flat("env", environment()), **provenance()})
     print(f"parity@{target}: {words}" + (f" ({passes:.1f} passes over the training split)" if passes > 1 else ""))
-
-
-def read_reference(path: Path) -> dict:
-    """The reference's record, which every variant's verdict needs."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise LabError(f"{path} is missing or unreadable ({type(err).__name__}); run `dvc repro parity_reference` "
-                       "first") from None
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ import torch
 import yaml
 
 from benchlab import dist
-from benchlab.config import DeviceFacts, RunSettings, load_params, parse_params, unsupported_reason
+from benchlab.config import RunSettings, parse_params
+from benchlab.knobs import unsupported_reason
+from benchlab.skips import DeviceFacts
 from benchlab.errors import LabError, run_main
 from benchlab.report import scaling
-from benchlab.runner import RunRecord, combine_ranks, last_words, rank_slice
 from stages import bench, env
 from tests.conftest import ROOT, micro_params
 
@@ -87,24 +88,6 @@ def test_a_wrong_nproc_gets_the_one_line_error(dist_workdir: Path, capsys: pytes
     assert not (dist_workdir / "metrics" / "env.json").exists()
 
 
-def test_ranks_slice_one_global_batch_and_combine_by_the_slowest() -> None:
-    x = torch.arange(8).view(4, 2)
-    parts = [rank_slice((x, x + 1), r, 2)[0] for r in range(2)]
-    assert torch.equal(torch.cat(parts), x)
-    a = RunRecord(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0)
-    b = RunRecord(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0)
-    both = combine_ranks([a, b])
-    assert both.step_ms == [10.0, 7.0] and both.losses == [3.0, 2.0] and both.world_size == 2
-    assert both.memory["peak_rss_mb"] == 120.0 and both.rank_peak_mb == [100.0, 120.0]
-
-
-def test_torchrun_failure_summary_names_the_rank() -> None:
-    summary = ("Root Cause (first observed failure):\n[0]:\n  time : x\n  host : h\n"
-               "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 42)\n  error_file: <N/A>\n=====\n")
-    assert last_words(summary) == "rank 1 (local_rank: 1) ended with exit code -9 (pid: 42)"
-    assert last_words("noise\nerror: batch_size=3 does not split\n=====") == "batch_size=3 does not split"
-
-
 def test_scaling_efficiency_and_loss_gap_against_one_process() -> None:
     one = {"variant": "one", "status": "ok", "batch_size": 16, "tokens_per_sec": 100.0, "val_loss": 3.0}
     one_32 = {**one, "variant": "one_32", "batch_size": 32, "tokens_per_sec": 110.0, "val_loss": 2.9}
@@ -165,18 +148,6 @@ def test_ddp_wraps_with_the_run_s_buckets_and_comm_hook(hook: str, monkeypatch: 
     assert wrapped.hooks == ([(None, bf16_compress_hook)] if hook == "bf16" else [])
 
 
-def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Repeat mode (the child process of one repeat): setup_s is the time since the process started, not only the
-    # model's build, so that the repeat's line shows what a fresh process costs.
-    write_params(dist_workdir, {})
-    monkeypatch.setattr(bench, "process_age_s", lambda: 100.0)
-    record = dist_workdir / "rec.json"
-    run_main(bench.main, ["--variant", "fp32_baseline", "prep", "results", "steps", "--record-to", str(record)])
-    rec = RunRecord.from_json(record.read_text())
-    assert rec.status == "ok" and 100.0 < rec.setup_s < 160.0 and rec.eval_s is not None
-    assert rec.startup_s == 100.0 and rec.exit_s is None  # the exit is the parent's to see
-
-
 def test_fsdp2_compiles_each_block_inside_its_hooks_and_the_head_apart() -> None:
     """Compiled from outside, FSDP2's hooks broke the graph at every block (two H200s: 39% of DDP's tokens/s)."""
     from benchlab.optimize import compile_blocks, wrapper
@@ -218,7 +189,7 @@ def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, unit
 def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
         loss: str, compile: bool, head_compiled: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
     from benchlab.config import TrainParams
-    from benchlab.losses import BodyThenHead
+    from benchlab.heads.standard import BodyThenHead
     from benchlab.optimize import apply
     from model.gpt import GPT, GPTConfig
 
@@ -255,43 +226,6 @@ def test_the_nccl_group_gets_the_thread_block_limit_only_when_one_is_set(max_cta
         assert (options.config.min_ctas, options.config.max_ctas) == (1, max_ctas)
     else:
         assert options is None
-
-
-def test_a_repeat_joins_the_group_with_its_variant_s_thread_block_limit(dist_workdir: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    write_params(dist_workdir, {"capped": {"parallel": "ddp", "nproc": 2, "nccl_max_ctas": 4}})
-    seen: list[int] = []
-
-    def init(device: torch.device, max_ctas: int = 0) -> torch.device:
-        seen.append(max_ctas)
-        raise RuntimeError("joined")
-
-    monkeypatch.setattr(bench.dist, "launched", lambda: True)
-    monkeypatch.setattr(bench.dist, "init", init)
-    with pytest.raises(RuntimeError, match="joined"):
-        bench.one_repeat(load_params(), "capped", "prep", dist_workdir / "rec.json")
-    assert seen == [4]
-
-
-def test_a_repeat_process_ends_without_the_interpreter_s_teardown(dist_workdir: Path, tmp_path: Path) -> None:
-    # The teardown (compile workers, CUDA context) only delays the parent; exit handlers are part of it. A
-    # sitecustomize registers one that leaves a mark: the repeat must not run it, and must still write its record.
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    mark = tmp_path / "teardown_ran"
-    (hooks / "sitecustomize.py").write_text(f"import atexit, pathlib\natexit.register(pathlib.Path({str(mark)!r}).touch)\n")
-    env = {**os.environ, "PYTHONPATH": f"{hooks}{os.pathsep}{ROOT}"}
-    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-    assert mark.exists()  # the hook works in a process that ends normally
-    mark.unlink()
-    write_params(dist_workdir, {})
-    record = dist_workdir / "rec.json"
-    proc = subprocess.run([sys.executable, "-m", "stages.bench", "--variant", "fp32_baseline", "prep", "results", "steps",
-                           "--record-to", str(record)], cwd=dist_workdir, env=env, capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert RunRecord.from_json(record.read_text()).status == "ok"
-    assert not mark.exists()
 
 
 @pytest.mark.slow

@@ -73,7 +73,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_added_variant_counts_as_committed_code(lab: Path) -> None:
     """README's way to add a variant: params.yaml only. DVC tracks params; only code counts as uncommitted."""
     data = lab_params()
-    data["variants"]["sdpa_fused"] = {"attention": "sdpa", "fused_adamw": True}
+    data["variants"]["sdpa_fused"] = {"attention": "sdpa", "optimizer": "adamw_fused"}
     set_params(lab, data)
     record = lab / "metrics/variants/sdpa_fused.json"
     try:

@@ -81,24 +81,6 @@ def test_a_busy_neighbour_is_seen_and_flagged() -> None:
     assert quiet["interference_suspected"] is False
 
 
-def test_a_jobs_own_ranks_are_not_its_neighbours() -> None:
-    """Seen on two H200s: each rank listed its partner as another GPU process and flagged the job."""
-    from benchlab.runner import combine_ranks
-
-    def rank(pid: int, seen: list[int], ours: float, others: float) -> RunRecord:
-        facts = {"pid": pid, "other_gpu_processes": seen, "cpu_busy_pct": ours + others,
-                 "cpu_busy_ours_pct": ours, "cpu_busy_others_pct": others}
-        return RunRecord(status="ok", step_ms=[1.0], losses=[2.0], neighbours=facts)
-
-    alone = combine_ranks([rank(100, [101], 3.0, 3.5), rank(101, [100], 3.0, 4.0)]).neighbours
-    assert alone["other_gpu_processes"] == [] and alone["cpu_busy_ours_pct"] == 6.0
-    assert alone["cpu_busy_others_pct"] == pytest.approx(1.0)  # rank 1's 4.0 less rank 0's 3.0
-    assert neighbours([RunRecord(status="ok", neighbours=alone)])["interference_suspected"] is False
-    crowded = combine_ranks([rank(100, [101, 555], 3.0, 30.0), rank(101, [100], 3.0, 3.0)]).neighbours
-    assert crowded["other_gpu_processes"] == [555] and crowded["cpu_busy_others_pct"] == pytest.approx(27.0)
-    assert neighbours([RunRecord(status="ok", neighbours=crowded)])["interference_suspected"] is True
-
-
 def test_orphan_detection_sees_a_new_parent() -> None:
     me = os.getpid()
     assert lifeline.orphaned([(me, os.getppid())]) is False

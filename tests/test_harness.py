@@ -1,7 +1,6 @@
 """The harness's statistics, MFU and leak/steady-state checks, against numbers worked by hand."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from benchlab.config import RunSettings
 from benchlab.harness import StepClock
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.results import TAIL_STEPS, measured_record, tail_loss
-from benchlab.runner import RunRecord, repeat_in_fresh_process
+from benchlab.runner import RunRecord
 from model.gpt import GPT, GPTConfig
 
 
@@ -169,80 +168,186 @@ def test_process_age_counts_from_the_process_start() -> None:
     assert mine is not None and mine > age - 30.0
 
 
-def test_a_repeat_line_names_where_its_wall_time_went() -> None:
-    from stages.bench import repeat_cost
-    rec = RunRecord(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
-    assert repeat_cost(rec, 16.6) == ("16.6 s, start-up and build 9.0 s, warm-up and compile 2.5 s, timed 3.6 s, "
-                                      "evaluation 0.4 s")
-    rec = RunRecord(status="ok", setup_s=9.04, startup_s=6.12, init_s=1.27, apply_s=1.65, warmup_s=2.5,
-                    window_wall_ms=3600.0, eval_s=0.44, exit_s=5.96)
-    assert repeat_cost(rec, 22.6) == ("22.6 s, start-up and build 9.0 s (of which interpreter, imports and device "
-                                      "6.1 s, the model's seeded init 1.3 s, the knobs applied 1.6 s), warm-up and "
-                                      "compile 2.5 s, timed 3.6 s, evaluation 0.4 s, exit 6.0 s")
-    rec = RunRecord(status="ok", setup_s=2.0, init_s=0.5)  # in-process: no start-up of its own
-    assert repeat_cost(rec, 2.5) == "2.5 s, start-up and build 2.0 s (of which the model's seeded init 0.5 s)"
-    assert repeat_cost(RunRecord(status="oom"), 3.0) == "3.0 s"
+# --- the CPU side, and the GPU-process look-up with nvidia-smi faked (from the mutation rounds) ------------
+
+def test_cpu_memory_figures_come_from_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import resource
+
+    import torch
+
+    from benchlab import harness
+    cpu = torch.device("cpu")
+    peak = harness.peaks(cpu)
+    assert peak["peak_mem_allocated_mb"] is None and peak["peak_mem_reserved_mb"] is None
+    assert peak["peak_rss_mb"] == pytest.approx(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rel=0.05)
+    before = harness.current_mb(cpu)
+    block = bytearray(64 * 1024 * 1024)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page so it is resident
+    assert 50 < harness.current_mb(cpu) - before < 80
+    assert 30 < before < peak["peak_rss_mb"] + 1
+    harness.reset_peaks(cpu)
+    harness.sync(cpu)  # no-ops on a CPU, and no CUDA call
 
 
-def test_a_repeat_process_s_exit_is_timed_by_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A stand-in repeat: it writes its record, then takes 0.5 s to exit, as a process tearing down CUDA would.
-    (tmp_path / "slow_exit.py").write_text(
-        "import sys, time\n"
-        "open(sys.argv[sys.argv.index('--record-to') + 1], 'w').write('{\"status\": \"ok\", \"setup_s\": 1.5}')\n"
-        "time.sleep(0.5)\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    rec = repeat_in_fresh_process(["slow_exit"])
-    assert rec.status == "ok" and rec.setup_s == 1.5
-    assert rec.exit_s is not None and 0.45 < rec.exit_s < 5.0
+def test_cpu_jiffies_count_idle_and_iowait_as_not_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from benchlab import harness
+    monkeypatch.setattr(harness, "open", lambda path: io.StringIO("cpu  10 20 30 40 50 60 70\ncpu0 1 2 3 4\n"),
+                        raising=False)
+    assert harness._cpu_jiffies() == (190, 280)
+    monkeypatch.setattr(harness, "open", lambda path: io.StringIO("cpu  10 20 30 40\n"), raising=False)
+    assert harness._cpu_jiffies() == (60, 100)
 
 
-class FakeClock:
-    """time.time and time.perf_counter that only a stand-in repeat moves forward."""
+def test_gpu_processes_parses_nvidia_smi_and_says_none_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import types
 
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
+    from benchlab import harness
+    seen = []
 
-    def time(self) -> float:
-        return self.now
+    def fake_run(cmd, **kw):
+        seen.append((cmd, kw))
+        return types.SimpleNamespace(stdout="123, GPU-aa-01\n456, GPU-BB-02\n789, GPU-aa-01\nNo running processes found\n")
+
+    monkeypatch.setattr(harness.subprocess, "run", fake_run)
+    assert harness.gpu_processes() == [123, 456, 789]
+    assert harness.gpu_processes("AA-01") == [123, 789]  # torch's UUID lacks the GPU- prefix; case differs
+    assert harness.gpu_processes("GPU-bb-02") == [456]
+    assert harness.gpu_processes("cc-03") == []
+    cmd, kw = seen[0]
+    assert cmd == ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]
+    assert kw["capture_output"] and kw["text"] and kw["check"] and kw["timeout"] == 10
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(harness.subprocess, "run", missing)
+    assert harness.gpu_processes() is None
+
+    def fails(cmd, **kw):
+        raise subprocess.CalledProcessError(9, cmd)
+
+    monkeypatch.setattr(harness.subprocess, "run", fails)
+    assert harness.gpu_processes() is None
+
+
+def test_neighbours_on_a_gpu_leave_out_our_own_pids(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import torch
+
+    from benchlab import harness
+    monkeypatch.setattr(harness, "device_uuid", lambda device: "GPU-ours")
+    asked: list = []
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: (asked.append(uuid), [7, os.getpid(), os.getppid()])[1])
+    jiffies = iter([(100, 1000), (150, 1100)])
+    monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
+    n = harness.Neighbours(torch.device("cuda"))
+    n.start()
+    assert asked == ["GPU-ours"]  # only processes on our own GPU count
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: [9])
+    facts = n.finish()
+    assert facts["other_gpu_processes"] == [7, 9] and facts["cpu_busy_pct"] == pytest.approx(50.0)
+    assert facts["cpu_busy_others_pct"] == pytest.approx(50.0 - facts["cpu_busy_ours_pct"])
+    monkeypatch.setattr(harness, "gpu_processes", lambda uuid: None)  # nvidia-smi gone: we cannot tell
+    jiffies = iter([(0, 0), (0, 0)])
+    n = harness.Neighbours(torch.device("cuda"))
+    n.start()
+    facts = n.finish()
+    assert facts["other_gpu_processes"] is None and facts["cpu_busy_pct"] == 0.0
+
+
+def test_neighbours_on_a_cpu_count_our_own_busy_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import types
+
+    import torch
+
+    from benchlab import harness
+    monkeypatch.setattr(harness, "gpu_processes", lambda: pytest.fail("no nvidia-smi on a CPU run"))
+    monkeypatch.setattr(harness.os, "cpu_count", lambda: 2)
+
+    def clocks(wall: list[float], ours: list[float]) -> types.SimpleNamespace:
+        """This process's clocks as the harness reads them: wall time and its own CPU time, in seconds."""
+        return types.SimpleNamespace(perf_counter=iter(wall).__next__, process_time=iter(ours).__next__)
+
+    # One of two cores busy for the whole second: 50% of the machine is ours, of 90% busy.
+    monkeypatch.setattr(harness, "time", clocks([10.0, 11.0], [3.0, 4.0]))
+    jiffies = iter([(0, 1000), (900, 2000)])  # 90% of the machine busy
+    monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
+    n = harness.Neighbours(torch.device("cpu"))
+    assert n.ours == {os.getpid(), os.getppid()} and n.seen == set() and n.known is True
+    n.start()
+    facts = n.finish()
+    assert facts["other_gpu_processes"] is None
+    assert facts["cpu_busy_ours_pct"] == pytest.approx(50.0)
+    assert facts["cpu_busy_others_pct"] == pytest.approx(40.0)
+    # The machine less busy than we were (10% against our 50%): others are never negative.
+    monkeypatch.setattr(harness, "time", clocks([0.0, 1.0], [0.0, 1.0]))
+    jiffies = iter([(0, 1000), (100, 2000)])
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish()["cpu_busy_others_pct"] == 0.0
+
+
+class _FakeTime:
+    """perf_counter and process_time read from lists, for exact busy shares and step times."""
+
+    def __init__(self, perf: list[float], process: list[float]) -> None:
+        self._perf, self._process = iter(perf), iter(process)
 
     def perf_counter(self) -> float:
-        return self.now
+        return next(self._perf)
+
+    def process_time(self) -> float:
+        return next(self._process)
 
 
-@pytest.mark.parametrize("seconds_left, ran", [(1000.0, 3), (100.0, 1), (130.0, 2)])
-def test_a_deadline_stops_repeats_that_would_end_past_it(seconds_left: float, ran: int,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Repeats of 60, 50 and 50 s: the next one is judged by the shortest so far.
-    import stages.bench as bench
-    from benchlab.config import parse_params
-    from tests.conftest import micro_params
+def test_cpu_clock_and_busy_shares_with_a_fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
 
-    clock, walls = FakeClock(), iter([60.0, 50.0, 50.0])
+    from benchlab import harness
+    monkeypatch.setattr(harness, "time", _FakeTime([1.0, 1.25], []))
+    clock = harness.StepClock(torch.device("cpu"))
+    clock.start()
+    clock.stop()
+    assert clock.times_ms() == [250.0]
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness, "_cpu_jiffies", lambda: next(jiffies))
+    monkeypatch.setattr(harness.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))  # 1 s of CPU over 2 s on 2 cores
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish() == {"pid": harness.os.getpid(), "other_gpu_processes": None, "cpu_busy_pct": 80.0,
+                          "cpu_busy_ours_pct": 25.0, "cpu_busy_others_pct": 55.0}
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness.os, "cpu_count", lambda: None)  # unknown: count one core
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 12.0], [5.0, 6.0]))
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish()["cpu_busy_ours_pct"] == 50.0
+    jiffies = iter([(0, 1000), (800, 2000)])
+    monkeypatch.setattr(harness, "time", _FakeTime([10.0, 10.0], [5.0, 6.0]))  # no wall time: no share
+    n = harness.Neighbours(torch.device("cpu"))
+    n.start()
+    assert n.finish()["cpu_busy_ours_pct"] == 0.0
 
-    def repeat(argv: list[str], nproc: int = 1) -> RunRecord:
-        clock.now += next(walls)
-        return RunRecord(status="ok")
 
-    monkeypatch.setattr(bench, "time", clock)
-    monkeypatch.setattr(bench, "repeat_in_fresh_process", repeat)
-    monkeypatch.setenv("BENCHLAB_DEADLINE", str(clock.now + seconds_left))
-    p = parse_params(micro_params(bench__repeats=3))
-    assert len(bench.run_repeats(p, "recipe", ["d", "r", "s"])) == ran
+def test_proc_stat_and_rusage_are_read_in_their_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import types
 
+    import torch
 
-def test_a_passed_or_garbled_deadline_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import stages.bench as bench
-    from benchlab.config import parse_params
-    from benchlab.errors import LabError
-    from tests.conftest import micro_params
+    from benchlab import harness
 
-    p = parse_params(micro_params(bench__repeats=3))
-    monkeypatch.setattr(bench, "repeat_in_fresh_process", lambda *a, **k: pytest.fail("no repeat may start"))
-    monkeypatch.setenv("BENCHLAB_DEADLINE", "1")  # 1970
-    with pytest.raises(LabError, match="BENCHLAB_DEADLINE passed before its first repeat; nothing recorded"):
-        bench.run_repeats(p, "recipe", ["d", "r", "s"])
-    monkeypatch.setenv("BENCHLAB_DEADLINE", "in ten minutes")
-    with pytest.raises(LabError, match="BENCHLAB_DEADLINE='in ten minutes' is not a Unix time in seconds"):
-        bench.run_repeats(p, "recipe", ["d", "r", "s"])
-    monkeypatch.delenv("BENCHLAB_DEADLINE")
-    assert bench.deadline_from_env() is None
+    def fake_open(path):
+        assert path == "/proc/stat"
+        return io.StringIO("cpu  10 20 30 40 50\n")
+
+    monkeypatch.setattr(harness, "open", fake_open, raising=False)
+    assert harness._cpu_jiffies() == (60, 150)  # idle 40 + iowait 50
+    monkeypatch.setattr(harness.resource, "getrusage", lambda who: types.SimpleNamespace(ru_maxrss=3072))
+    assert harness.peaks(torch.device("cpu"))["peak_rss_mb"] == 3.0  # KiB on Linux

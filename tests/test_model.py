@@ -56,7 +56,9 @@ def test_output_layer_is_tied_to_the_token_embedding() -> None:
 
 
 def test_presets_and_padding() -> None:
-    assert set(PRESETS) == {"tiny", "gpt_small", "gpt2_124m", "gpt2_350m"}
+    assert set(PRESETS) == {"tiny", "gpt_small", "gpt2_124m", "gpt2_350m", "gpt2_774m", "gpt2_1558m"}
+    shapes = {name: (c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size) for name, c in PRESETS.items()}
+    assert shapes["gpt2_774m"] == (36, 20, 1280, 1024, 50304) and shapes["gpt2_1558m"] == (48, 25, 1600, 1024, 50304)
     assert PRESETS["gpt2_124m"].vocab_size == 50304 and PRESETS["gpt2_124m"].vocab_size % 64 == 0
     assert padded_vocab(4096) == 4096 and padded_vocab(4097) == 4160 and padded_vocab(50257) == 50304
 

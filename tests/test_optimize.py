@@ -1,141 +1,50 @@
-"""The knob table: where each knob can run, what each bad combination gets, and that what is applied is applied."""
+"""`benchlab.optimize`: apply takes its steps in the order the knob table numbers them, and what is applied is
+applied (the optimizer each knob value makes, checkpointing, float8, autocast, clipping, bf16 weights)."""
 
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 import torch
 import torch._functorch.config
 
 from benchlab import optimize
-from benchlab.config import KNOBS, DeviceFacts, RunSettings, TrainParams, parse_params, unsupported_reason
-from benchlab.errors import LabError
+from benchlab.config import TrainParams
 from benchlab.io import atomic_path, write_json
-from benchlab.onepass import LIGER_VERSION
+from benchlab.knobs import STEPS, Optimizer, RunSettings
 from benchlab.optimize import apply, device_facts, make_optimizer, set_lr, to_float8
 from benchlab.runner import train_step
 from model.gpt import GPT, GPTConfig
-from tests.conftest import micro_params
 
-CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
-V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION, cce=True)
+# The function of `optimize` that takes each step of STEPS after the constructor's, as `apply` calls it.
+STEP_FUNCTIONS = {"placement": "place", "matmul_flags": "set_tf32", "float8": "to_float8",
+                  "checkpointing": "checkpoint_blocks", "parallel": "parallelize", "loss_head": "loss_head",
+                  "optimizer": "make_optimizer", "autocast": "make_scaler"}
 
 
-def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
-    assert "has no bf16; use fp16" in unsupported_reason(RunSettings(precision="bf16"), V100)
-    assert "compute capability 7.x" in unsupported_reason(RunSettings(precision="tf32"), V100)
-    assert unsupported_reason(RunSettings(precision="fp16"), V100) is None
+def test_apply_takes_its_steps_in_the_order_the_knob_table_numbers_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The table's "applied at" numbers are places in STEPS; apply must call each step's function in that order.
+    assert list(STEP_FUNCTIONS) == list(STEPS[1:])
+    called: list[str] = []
+    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    for step, name in STEP_FUNCTIONS.items():
+        real = getattr(optimize, name)
+
+        def spy(*args: Any, _name: str = name, _real: Callable = real, **kwargs: Any) -> Any:
+            called.append(_name)
+            return None if _name in ("to_float8", "parallelize") else _real(*args, **kwargs)
+
+        monkeypatch.setattr(optimize, name, spy)
+    every_step = RunSettings(fp8="blocks", activation_checkpointing="full")
+    apply(_tiny(), every_step, torch.device("cpu"), TrainParams())
+    assert called == [STEP_FUNCTIONS[step] for step in STEPS[1:]]
 
 
-def test_everything_allowed_on_a_hopper_gpu() -> None:
-    for precision in ("fp32", "tf32", "fp16", "bf16"):
-        everything = RunSettings(precision=precision, attention="sdpa", fused_adamw=True, compile=True, fp8="all",
-                                 compile_mode="reduce-overhead", loss="fused", activation_checkpointing="selective")
-        assert unsupported_reason(everything, H200) is None
-
-
-def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
-    assert unsupported_reason(RunSettings(fp8="blocks"), A100) == (
-        "fp8=blocks needs compute capability 8.9 or newer; NVIDIA A100 is (8, 0)")
-    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
-    assert unsupported_reason(RunSettings(fp8="head"), no_torchao) == (
-        "fp8=head needs torchao (pip install -r requirements-gpu.txt); or set fp8=none")
-    assert unsupported_reason(RunSettings(fp8="all"), CPU) == (
-        "fp8=all needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU")
-    assert unsupported_reason(RunSettings(fp8="head"), DeviceFacts(**{**H200.__dict__, "capability": (8, 9)})) is None
-    assert unsupported_reason(RunSettings(fp8="none"), DeviceFacts(kind="cpu")) is None
-
-
-def test_8bit_adam_needs_torchao_on_a_gpu_and_no_fused_kernel_beside_it() -> None:
-    assert unsupported_reason(RunSettings(adam_state="8bit"), H200) is None
-    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
-    assert unsupported_reason(RunSettings(adam_state="8bit"), no_torchao) == (
-        "adam_state=8bit needs torchao (pip install -r requirements-gpu.txt); or set adam_state=fp32")
-    assert unsupported_reason(RunSettings(adam_state="8bit", fused_adamw=True), H200) == (
-        "adam_state=8bit is torchao's AdamW8bit, its own compiled step; set fused_adamw=false with it")
-    assert unsupported_reason(RunSettings(adam_state="8bit"), CPU) == (
-        "adam_state=8bit (torchao's AdamW8bit) is timed on CUDA GPUs only; use adam_state=fp32 on CPU")
-    assert unsupported_reason(RunSettings(adam_state="fp32", fused_adamw=True), no_torchao) is None
-
-
-def test_fused_clip_needs_the_fused_kernel_and_its_grad_scale_free() -> None:
-    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True), CPU) is None
-    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, parallel="ddp"), H200) is None
-    assert unsupported_reason(RunSettings(fused_clip=True), CPU) == (
-        "fused_clip=true hands the clipping scale to fused AdamW's kernel; set fused_adamw=true with it")
-    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, precision="fp16"), H200) == (
-        "fused_clip=true and precision=fp16 both need the fused kernel's grad_scale (the GradScaler's); "
-        "set fused_clip=false")
-    assert unsupported_reason(RunSettings(fused_adamw=True, fused_clip=True, parallel="fsdp2"), H200) == (
-        "fused_clip=true is not wired for fsdp2's sharded gradients; set fused_clip=false or parallel=ddp")
-
-
-def test_fused_loss_needs_liger_on_a_gpu() -> None:
-    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
-    assert unsupported_reason(RunSettings(loss="fused"), no_liger) == (
-        "loss=fused needs liger-kernel (pip install -r requirements-gpu.txt); or use loss=chunked")
-    assert unsupported_reason(RunSettings(loss="cce"), no_liger) is None
-
-
-def test_onepass_loss_needs_liger_on_a_gpu_and_nothing_on_a_cpu() -> None:
-    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False, "liger_version": None})
-    assert unsupported_reason(RunSettings(loss="onepass"), no_liger) == (
-        f"loss=onepass runs liger-kernel {LIGER_VERSION}'s cross-entropy kernel on CUDA, and liger-kernel is not "
-        "installed (pip install -r requirements-gpu.txt); or use loss=inline")
-    assert unsupported_reason(RunSettings(loss="onepass"), H200) is None
-    assert unsupported_reason(RunSettings(loss="onepass"), CPU) is None  # torch's arithmetic there
-
-
-@pytest.mark.parametrize("installed", ["0.8.4", "0.9.0", LIGER_VERSION + ".post1"])
-def test_onepass_loss_skips_under_another_liger_version_naming_both(installed: str) -> None:
-    # onepass calls an internal liger kernel by keyword; another release may take other arguments.
-    other = DeviceFacts(**{**H200.__dict__, "liger_version": installed})
-    assert unsupported_reason(RunSettings(loss="onepass"), other) == (
-        f"loss=onepass calls liger-kernel {LIGER_VERSION}'s internal cross-entropy kernel; liger-kernel {installed} "
-        "is installed (pip install -r requirements-gpu.txt); or use loss=inline")
-    assert unsupported_reason(RunSettings(loss="fused"), other) is None  # its public API, any version
-    cpu_with_it = DeviceFacts(**{**CPU.__dict__, "liger_version": installed})
-    assert unsupported_reason(RunSettings(loss="onepass"), cpu_with_it) is None
-
-
-def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
-    no_cce = DeviceFacts(**{**H200.__dict__, "cce": False})
-    assert "loss=cce needs cut-cross-entropy (pip install -r requirements-gpu.txt)" in unsupported_reason(
-        RunSettings(loss="cce"), no_cce)
-    assert unsupported_reason(RunSettings(loss="fused"), no_cce) is None
-    assert unsupported_reason(RunSettings(loss="cce"), H200) is None
-
-
-@pytest.mark.parametrize("settings, words", [
-    ({"precision": "fp16"}, "precision=fp16 with loss scaling needs a CUDA GPU"),
-    ({"fp8": "blocks"}, "fp8=blocks needs a GPU with float8 tensor cores"),
-    ({"fp8": "all"}, "fp8=all needs a GPU with float8 tensor cores"),
-    ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
-    ({"loss": "cce"}, "loss=cce is a Triton kernel (cut-cross-entropy) that needs a CUDA GPU"),
-    ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
-    ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
-    ({"compile": True, "compile_mode": "max-autotune"}, "compile_mode=max-autotune tunes or graphs CUDA kernels"),
-    ({"parallel": "ddp", "ddp_comm_hook": "bf16"}, "bf16_compress_hook, which needs NCCL on CUDA GPUs"),
-    ({"parallel": "fsdp2", "nccl_max_ctas": 4}, "nccl_max_ctas=4 limits NCCL's thread blocks, which needs NCCL on CUDA "
-                                                "GPUs; on CPU use nccl_max_ctas=0"),
-])
-def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) -> None:
-    assert words in unsupported_reason(RunSettings(**settings), CPU)
-
-
-def test_bf16_gradient_compression_needs_nccl() -> None:
-    bf16 = RunSettings(parallel="ddp", ddp_comm_hook="bf16")
-    assert unsupported_reason(bf16, CPU) == ("ddp_comm_hook=bf16 is torch's bf16_compress_hook, which needs NCCL on "
-                                             "CUDA GPUs; on CPU use ddp_comm_hook=none")
-    assert unsupported_reason(bf16, H200) is None
-    assert unsupported_reason(RunSettings(parallel="ddp"), CPU) is None
+def test_device_facts_of_the_cpu() -> None:
+    assert device_facts(torch.device("cpu")).kind == "cpu"
 
 
 @pytest.mark.parametrize(("knobs", "graphsafe"), [
@@ -159,64 +68,10 @@ def test_apply_sets_how_checkpointed_blocks_replay_random_ops() -> None:
         assert torch._functorch.config.graphsafe_rng_functionalization is False
 
 
-def test_cpu_runs_the_knobs_it_can() -> None:
-    for settings in ({"precision": "bf16", "fused_adamw": True}, {"activation_checkpointing": "full"},
-                     {"loss": "chunked"}, {"loss": "inline"}, {"compile": True}, {"grad_accum": 2}):
-        assert unsupported_reason(RunSettings(**settings), CPU) is None
-    assert "needs a C++ compiler" in unsupported_reason(RunSettings(compile=True), DeviceFacts(kind="cpu"))
-    assert device_facts(torch.device("cpu")).kind == "cpu"
-
-
-def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_variant() -> None:
-    for f in fields(RunSettings):
-        assert f.metadata["doc"] and f.metadata["applied"], f.name
-    data = micro_params(activation_checkpointing="full", loss="chunked", grad_accum=2)
-    data["variants"]["mine"] = {"activation_checkpointing": "selective", "batch_size": 8, "grad_accum": 4}
-    p = parse_params(data)
-    assert p.run.activation_checkpointing == "full" and p.run.loss == "chunked" and p.run.grad_accum == 2
-    assert p.variants["mine"].activation_checkpointing == "selective" and p.batch_size(p.variants["mine"]) == 8
-    assert "batch_size" in KNOBS and "compile_mode" in KNOBS
-
-
-@pytest.mark.parametrize("overrides, message", [
-    ({"compile_mode": "reduce-overhead"}, "compile_mode='reduce-overhead' is not valid; expected default unless compile=true"),
-    ({"grad_accum": 3}, "grad_accum=3 is not valid; expected a divisor of the batch size 4"),
-    ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
-    ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
-    ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce, onepass"),
-    ({"weight_dtype": "fp16"}, "weight_dtype='fp16' is not valid; expected one of: fp32, bf16, bf16_sr"),
-    ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
-    ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
-    ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
-                                   "unit) or a positive count of blocks"),
-    ({"fsdp_blocks_per_unit": 4}, "parallel='none' is not valid; expected fsdp2 when fsdp_reshard_after_forward, "
-                                  "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
-    ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
-    ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
-    ({"loss": "onepass", "parallel": "fsdp2", "nproc": 2}, "loss='onepass' is not valid; expected standard or chunked "
-                                                          "with parallel=fsdp2 (the onepass head reads the output "
-                                                          "weight outside the sharded module)"),
-    ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
-    ({"fp8": "head", "loss": "chunked"}, "loss='chunked' is not valid; expected standard or inline with fp8=head "
-                                         "(the chunked, fused, cce and onepass heads multiply by the output weight themselves, "
-                                         "so the float8 output layer would be bypassed; or set fp8=blocks)"),
-])
-def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
-    with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        parse_params(micro_params(**overrides))
-
-
-def test_a_bad_knob_in_a_variant_names_the_variant() -> None:
-    data = micro_params()
-    data["variants"]["odd"] = {"batch_size": 6, "grad_accum": 4}
-    with pytest.raises(LabError, match="variants.odd.grad_accum=4 is not valid; expected a divisor of the batch size 6"):
-        parse_params(data)
-
-
 def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     loop = make_optimizer(model, RunSettings(), TrainParams(lr=0.25))
-    fused = make_optimizer(model, RunSettings(fused_adamw=True), TrainParams(lr=0.25))
+    fused = make_optimizer(model, RunSettings(optimizer="adamw_fused"), TrainParams(lr=0.25))
     assert loop.defaults["foreach"] is False and not loop.defaults["fused"]
     assert fused.defaults["fused"] is True
     for opt in (loop, fused):
@@ -239,7 +94,7 @@ def test_8bit_adam_is_torchaos_with_the_same_groups_and_a_tensor_learning_rate(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    opt = make_optimizer(model, RunSettings(adam_state="8bit"), TrainParams(lr=0.25))
+    opt = make_optimizer(model, RunSettings(optimizer="adamw_8bit"), TrainParams(lr=0.25))
     assert isinstance(opt, _FakeAdamW8bit) and opt.defaults["betas"] == (0.9, 0.95)
     decayed, plain = opt.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
@@ -249,6 +104,24 @@ def test_8bit_adam_is_torchaos_with_the_same_groups_and_a_tensor_learning_rate(
     plain_opt = make_optimizer(model, RunSettings(), TrainParams())
     set_lr(plain_opt, 0.125)
     assert [g["lr"] for g in plain_opt.param_groups] == [0.125, 0.125]
+
+
+def test_each_optimizer_choice_makes_its_own_adamw(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torchao")
+    from benchlab.sr_adamw import OneCallAdamW
+
+    monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    made = {choice: make_optimizer(model, RunSettings(optimizer=choice), TrainParams(lr=0.25))
+            for choice in get_args(Optimizer)}
+    assert made["adamw"].defaults["foreach"] is False and not made["adamw"].defaults["fused"]
+    assert made["adamw_fused"].defaults["fused"] is True
+    compiled = made["adamw_compiled"].defaults  # torch's choice of implementation, the rate a tensor for the graph
+    assert compiled["foreach"] is None and not compiled["fused"] and isinstance(compiled["lr"], torch.Tensor)
+    assert type(made["adamw_8bit"]) is _FakeAdamW8bit and type(made["adamw_bf16_sr"]) is OneCallAdamW
+    for opt in made.values():
+        assert float(opt.defaults["lr"]) == 0.25 and opt.defaults["betas"] == (0.9, 0.95)
+        assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
 
 
 BLOCK0 = {"blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc", "blocks.0.mlp.proj"}
@@ -345,9 +218,9 @@ def _weights_after_steps(settings: RunSettings, grad_clip: float, steps: int = 3
 
 @pytest.mark.parametrize("grad_clip", [0.05, 1e6])  # the tiny model's gradient norm is about 1: clipped, then not
 def test_clipping_inside_the_fused_kernel_steps_as_clip_grad_norm_does(grad_clip: float) -> None:
-    separate = _weights_after_steps(RunSettings(fused_adamw=True), grad_clip)
-    folded = _weights_after_steps(RunSettings(fused_adamw=True, fused_clip=True), grad_clip)
-    unclipped = _weights_after_steps(RunSettings(fused_adamw=True), 0.0)
+    separate = _weights_after_steps(RunSettings(optimizer="adamw_fused"), grad_clip)
+    folded = _weights_after_steps(RunSettings(optimizer="adamw_fused", fused_clip=True), grad_clip)
+    unclipped = _weights_after_steps(RunSettings(optimizer="adamw_fused"), 0.0)
     for a, b in zip(separate, folded):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     moved_apart = max((a - b).abs().max().item() for a, b in zip(folded, unclipped))
@@ -355,14 +228,14 @@ def test_clipping_inside_the_fused_kernel_steps_as_clip_grad_norm_does(grad_clip
 
 
 def test_fused_clip_with_clipping_off_steps_unclipped() -> None:
-    unclipped = _weights_after_steps(RunSettings(fused_adamw=True), 0.0)
-    folded_off = _weights_after_steps(RunSettings(fused_adamw=True, fused_clip=True), 0.0)
+    unclipped = _weights_after_steps(RunSettings(optimizer="adamw_fused"), 0.0)
+    folded_off = _weights_after_steps(RunSettings(optimizer="adamw_fused", fused_clip=True), 0.0)
     for a, b in zip(unclipped, folded_off):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 
 
 def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
-    run = apply(_tiny(), RunSettings(fused_adamw=True, fused_clip=True), torch.device("cpu"), TrainParams())
+    run = apply(_tiny(), RunSettings(optimizer="adamw_fused", fused_clip=True), torch.device("cpu"), TrainParams())
     with run.autocast():
         run.loss(*_batch()).backward()
     grads = [p.grad.clone() for p in run.model.parameters()]
@@ -383,23 +256,9 @@ def test_fused_adamw_leaves_the_gradients_divided_by_its_grad_scale() -> None:
     assert torch.equal(p.grad, torch.full((4,), 0.5))
 
 
-def test_bf16_weights_need_bf16_matmuls_a_gpu_with_them_and_no_fsdp2() -> None:
-    assert unsupported_reason(RunSettings(precision="bf16", weight_dtype="bf16"), H200) is None
-    assert unsupported_reason(RunSettings(precision="bf16", weight_dtype="bf16"), CPU) is None
-    assert unsupported_reason(RunSettings(weight_dtype="bf16"), V100) == (
-        "weight_dtype=bf16 needs an Ampere or newer GPU; Tesla V100-SXM2-16GB has no bf16; use weight_dtype=fp32")
-    assert unsupported_reason(RunSettings(weight_dtype="fp32"), V100) is None
-    for precision in ("fp32", "tf32", "fp16"):
-        with pytest.raises(LabError, match=f"precision='{precision}' is not valid; expected bf16 with weight_dtype=bf16"):
-            parse_params(micro_params(weight_dtype="bf16", precision=precision))
-    with pytest.raises(LabError, match="parallel='fsdp2' is not valid; expected none or ddp with weight_dtype=bf16"):
-        parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="fsdp2", nproc=2))
-    assert parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="ddp", nproc=2)).run.weight_dtype == "bf16"
-
-
 @pytest.mark.parametrize("loss", ["standard", "chunked", "onepass"])
 def test_bf16_weights_keep_parameters_gradients_and_moments_in_bf16(loss: str) -> None:
-    settings = RunSettings(precision="bf16", weight_dtype="bf16", fused_adamw=True, fused_clip=True, loss=loss)  # type: ignore[arg-type]
+    settings = RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_fused", fused_clip=True, loss=loss)  # type: ignore[arg-type]
     run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=0.01))
     params = list(run.model.parameters())
     assert {p.dtype for p in params} == {torch.bfloat16}
@@ -418,7 +277,7 @@ def test_bf16_weights_train_as_fp32_weights_do_up_to_bf16_rounding() -> None:
     # within bf16's rounding (under 0.4% here), and both learn.
     curves = {}
     for dtype in ("fp32", "bf16"):
-        run = apply(_tiny(), RunSettings(precision="bf16", weight_dtype=dtype, fused_adamw=True),  # type: ignore[arg-type]
+        run = apply(_tiny(), RunSettings(precision="bf16", weight_dtype=dtype, optimizer="adamw_fused"),  # type: ignore[arg-type]
                     torch.device("cpu"), TrainParams(lr=0.01))
         curves[dtype] = [float(train_step(run, *_batch(), grad_clip=1.0)) for _ in range(8)]
     assert curves["fp32"][-1] < curves["fp32"][0] - 0.3  # it learns
@@ -427,31 +286,13 @@ def test_bf16_weights_train_as_fp32_weights_do_up_to_bf16_rounding() -> None:
     assert curves["fp32"] != curves["bf16"]  # the weights really were rounded
 
 
-def test_stochastic_rounding_needs_torchao_its_own_step_and_a_compiler() -> None:
-    sr = {"precision": "bf16", "weight_dtype": "bf16_sr"}
-    assert unsupported_reason(RunSettings(**sr), H200) is None
-    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True)) is None
-    for two_optimizers in ({"fused_adamw": True}, {"adam_state": "8bit"}):
-        assert unsupported_reason(RunSettings(**sr, **two_optimizers), H200) == (
-            "weight_dtype=bf16_sr is torchao's AdamW with stochastic rounding, its own compiled step; set "
-            "fused_adamw=false and adam_state=fp32 with it")
-    assert unsupported_reason(RunSettings(**sr), DeviceFacts(**{**H200.__dict__, "torchao": False})) == (
-        "weight_dtype=bf16_sr needs torchao (pip install -r requirements-gpu.txt); or set weight_dtype=bf16")
-    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=True)) == (
-        "weight_dtype=bf16_sr needs torchao (pip install -r requirements.txt); or set weight_dtype=bf16")
-    assert unsupported_reason(RunSettings(**sr), DeviceFacts(kind="cpu", name="cpu", cxx=False, torchao=True)) == (
-        "weight_dtype=bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)")
-    assert "has no bf16" in unsupported_reason(RunSettings(**sr), V100)
-    with pytest.raises(LabError, match="precision='fp32' is not valid; expected bf16 with weight_dtype=bf16_sr"):
-        parse_params(micro_params(weight_dtype="bf16_sr"))
-
-
 def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
     pytest.importorskip("torchao")
     from benchlab.sr_adamw import OneCallAdamW
 
     model = _tiny().to(torch.bfloat16)
-    opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16_sr"), TrainParams(lr=0.01))
+    opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_bf16_sr"),
+                         TrainParams(lr=0.01))
     assert isinstance(opt, OneCallAdamW) and opt.bf16_stochastic_round
     assert [g["weight_decay"] for g in opt.param_groups] == [TrainParams().weight_decay, 0.0]
     assert all(p.dim() >= 2 for p in opt.param_groups[0]["params"]) and all(p.dim() < 2 for p in opt.param_groups[1]["params"])
@@ -460,8 +301,8 @@ def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
     assert [float(g["lr"]) for g in opt.param_groups] == pytest.approx([0.002, 0.002])  # fp32 tensors
 
 
-@pytest.mark.parametrize("weight_dtype", ["bf16", "bf16_sr"])
-def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(weight_dtype: str) -> None:
+@pytest.mark.parametrize("optimizer", ["adamw_fused", "adamw_bf16_sr"])
+def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(optimizer: str) -> None:
     pytest.importorskip("torchao")
     # Weights of 1.0 and a first Adam step of 0.001 (lr times a normalized moment of 1): the nearest bf16 to 0.999
     # is 1.0 (its spacing there is 2^-7 below 1), so round-to-nearest loses the step; stochastic rounding lands on
@@ -470,11 +311,11 @@ def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(weight_
     with torch.no_grad():
         layer.weight.fill_(1.0)
     layer.weight.grad = torch.full_like(layer.weight, 0.5)
-    settings = RunSettings(precision="bf16", weight_dtype=weight_dtype, fused_adamw=weight_dtype == "bf16")  # type: ignore[arg-type]
+    settings = RunSettings(precision="bf16", weight_dtype="bf16", optimizer=optimizer)  # type: ignore[arg-type]
     make_optimizer(layer, settings, TrainParams(lr=1e-3, weight_decay=0.0)).step()
     values = set(layer.weight.float().flatten().tolist())
     mean = layer.weight.float().mean().item()
-    if weight_dtype == "bf16":
+    if optimizer == "adamw_fused":
         assert values == {1.0}
     else:
         assert values == {1.0, 0.99609375} and mean == pytest.approx(0.999, abs=2e-4)
@@ -520,27 +361,6 @@ def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
     assert not torch.equal(weights["one call"][0], _one_layer().wte.weight)  # the steps moved the weights
 
 
-def test_compile_update_needs_compile_and_torchs_adamw_without_a_scaler() -> None:
-    graphed = RunSettings(precision="bf16", compile=True, compile_update=True, compile_mode="reduce-overhead")
-    assert unsupported_reason(graphed, H200) is None
-    assert unsupported_reason(RunSettings(compile=True, compile_update=True, parallel="ddp"), CPU) is None
-    assert unsupported_reason(RunSettings(compile_update=True), CPU) == (
-        "compile_update=true compiles the update in compile's mode; set compile=true with it")
-    assert unsupported_reason(RunSettings(compile=True, compile_update=True, precision="fp16"), H200) == (
-        "compile_update=true is not wired for precision=fp16 (the GradScaler reads its inf checks on the host); "
-        "set compile_update=false or precision=bf16")
-    torchao_step = ("compile_update=true compiles torch's AdamW; adam_state=8bit and weight_dtype=bf16_sr are "
-                    "torchao's, with steps compiled their own way; set compile_update=false with them")
-    assert unsupported_reason(RunSettings(compile=True, compile_update=True, adam_state="8bit"), H200) == torchao_step
-    sr = RunSettings(precision="bf16", weight_dtype="bf16_sr", compile=True, compile_update=True)
-    assert unsupported_reason(sr, H200) == torchao_step
-    assert unsupported_reason(RunSettings(compile=True, compile_update=True, fused_adamw=True), H200) == (
-        "compile_update=true compiles AdamW's foreach implementation, which torch.compile traces whole (fused AdamW's "
-        "kernel it leaves outside the graph); set fused_adamw=false with it")
-    assert unsupported_reason(RunSettings(compile=True, compile_update=True, parallel="fsdp2"), H200) == (
-        "compile_update=true is not wired for fsdp2's sharded gradients; set compile_update=false or parallel=ddp")
-
-
 def _weights_under_a_schedule(settings: RunSettings, lrs: tuple[float, ...]) -> tuple[list[torch.Tensor], int]:
     """The weights after one clipped step per learning rate, and how many graphs dynamo compiled meanwhile."""
     run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=lrs[0]))
@@ -557,7 +377,7 @@ def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeyp
     monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
     lrs = (0.01, 0.03, 0.002)
     eager, none = _weights_under_a_schedule(RunSettings(), lrs)
-    compiled, graphs = _weights_under_a_schedule(RunSettings(compile_update=True), lrs)
+    compiled, graphs = _weights_under_a_schedule(RunSettings(optimizer="adamw_compiled"), lrs)
     constant, _ = _weights_under_a_schedule(RunSettings(), (0.01, 0.01, 0.01))
     for a, b in zip(eager, compiled):  # the same arithmetic, fused by inductor: equal up to rounding
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
@@ -570,7 +390,7 @@ def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch)
     seen: list[str | None] = []
     monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
     monkeypatch.setattr(torch, "compile", lambda fn, mode=None: seen.append(mode) or fn)
-    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead", compile_update=True),
+    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead", optimizer="adamw_compiled"),
           torch.device("cpu"), TrainParams())
     assert seen[-1] == "reduce-overhead" and len(seen) == 2  # the loss head, then the update
     seen.clear()

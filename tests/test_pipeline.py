@@ -153,7 +153,7 @@ def test_second_repro_reruns_only_the_environment_check(repo: Path) -> None:
 
 def test_changing_one_variant_reruns_only_it_and_the_aggregate(repo: Path) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["variants"]["bf16"]["fused_adamw"] = True
+    params["variants"]["bf16"]["optimizer"] = "adamw_fused"
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         stale = set(json.loads(sh(repo, "status", "--json").stdout))

@@ -13,9 +13,10 @@ import torch
 
 from benchlab import harness, power
 from benchlab.config import RunSettings
+from benchlab.launch import combine_ranks
 from benchlab.power import EnergyMeter, PowerReading
 from benchlab.results import measured_record
-from benchlab.runner import RunRecord, combine_ranks, train_once
+from benchlab.runner import RunRecord, train_once
 from model.gpt import GPTConfig
 
 GPU = torch.device("cuda", 0)

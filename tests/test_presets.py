@@ -35,7 +35,7 @@ def test_the_shipped_gpu_preset_is_gpt2_124m_at_batch_16_by_1024_on_cuda() -> No
     p = parse_params(data)
     assert (p.device, p.model, p.train.batch_size, p.train.block_size) == ("cuda", "gpt2_124m", 16, 1024)
     assert p.parity.steps >= 1000 and p.parity.reference == "tf32"
-    assert (p.run.precision, p.run.attention, p.run.compile, p.run.fused_adamw) == ("bf16", "sdpa", True, True)
+    assert (p.run.precision, p.run.attention, p.run.compile, p.run.optimizer) == ("bf16", "sdpa", True, "adamw_fused")
 
 
 @pytest.mark.parametrize("data, words", [

@@ -1,0 +1,478 @@
+"""params.yaml into typed params: each knob's device checks (a skip: "this machine cannot"), each combination
+refused when params load (naming the key and the fix), the knob table's rows, and loading a file. No torch here."""
+
+from dataclasses import MISSING, asdict, fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlab.config import load_params, parse_params, variant_from
+from benchlab.errors import LabError
+from benchlab.knobs import KNOBS, STEPS, RunSettings, applied_at, from_old_knobs, unsupported_reason
+from benchlab.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
+from benchlab.skips import DeviceFacts
+from tests.conftest import ROOT, micro_params
+
+CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
+V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
+A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
+                  liger_version=LIGER_VERSION)
+H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
+                  liger_version=LIGER_VERSION, cce=True)
+
+
+def refused(message: str, **knobs: object) -> None:
+    """params.yaml with these top-level knobs is refused when it loads, with exactly this message."""
+    with pytest.raises(LabError) as err:
+        parse_params(micro_params(**knobs))
+    assert str(err.value) == message
+
+
+# --- the knob table's rows --------------------------------------------------------------------------------------
+
+def test_every_knob_carries_its_doc_where_it_is_applied_and_its_default() -> None:
+    for f in fields(RunSettings):
+        assert isinstance(f.metadata["doc"], str) and f.metadata["doc"], f.name
+        assert applied_at(f), f.name
+        assert "skip" in f.metadata and f.default is not MISSING, f.name
+    assert RunSettings().precision == "fp32" and RunSettings().ddp_bucket_mb == 25
+    assert applied_at(fields(RunSettings)[0]) == "2. matmul flags; 8. autocast and GradScaler"
+
+
+def test_a_knobs_steps_are_numbered_by_their_place_in_apply_s_order() -> None:
+    # tests/test_optimize.py holds apply to STEPS; here, the table's numbers come from STEPS alone.
+    by_name = {f.name: f for f in fields(RunSettings)}
+    assert applied_at(by_name["attention"]).startswith(f"{STEPS.index('constructor')}. ") and STEPS[0] == "constructor"
+    assert applied_at(by_name["loss"]) == f"{STEPS.index('loss_head')}. the loss head"
+    assert applied_at(by_name["optimizer"]).startswith(f"{STEPS.index('optimizer')}. the optimizer")
+    assert applied_at(by_name["batch_size"]) == "the batch stream"  # outside apply: no number
+    for f in fields(RunSettings):
+        applied = f.metadata["applied"]
+        assert isinstance(applied, str) or set(applied) <= set(STEPS), f.name
+
+
+def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_variant() -> None:
+    data = micro_params(activation_checkpointing="full", loss="chunked", grad_accum=2)
+    data["variants"]["mine"] = {"activation_checkpointing": "selective", "batch_size": 8, "grad_accum": 4}
+    p = parse_params(data)
+    assert p.run.activation_checkpointing == "full" and p.run.loss == "chunked" and p.run.grad_accum == 2
+    assert p.variants["mine"].activation_checkpointing == "selective" and p.batch_size(p.variants["mine"]) == 8
+    assert "batch_size" in KNOBS and "compile_mode" in KNOBS and "optimizer" in KNOBS
+
+
+# --- skips: what a device cannot run ----------------------------------------------------------------------------
+
+def test_bf16_and_tf32_refused_on_a_gpu_without_them() -> None:
+    assert "has no bf16; use fp16" in unsupported_reason(RunSettings(precision="bf16"), V100)
+    assert "compute capability 7.x" in unsupported_reason(RunSettings(precision="tf32"), V100)
+    assert unsupported_reason(RunSettings(precision="fp16"), V100) is None
+
+
+def test_tf32_runs_on_ampere_exactly() -> None:
+    a100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True)
+    assert unsupported_reason(RunSettings(precision="tf32"), a100) is None
+
+
+def test_everything_allowed_on_a_hopper_gpu() -> None:
+    for precision in ("fp32", "tf32", "fp16", "bf16"):
+        everything = RunSettings(precision=precision, attention="sdpa", optimizer="adamw_fused",  # type: ignore[arg-type]
+                                 compile=True, fp8="all", compile_mode="reduce-overhead", loss="fused",
+                                 activation_checkpointing="selective")
+        assert unsupported_reason(everything, H200) is None
+
+
+def test_fp8_needs_ada_or_hopper_and_torchao() -> None:
+    assert unsupported_reason(RunSettings(fp8="blocks"), A100) == (
+        "fp8=blocks needs compute capability 8.9 or newer; NVIDIA A100 is (8, 0)")
+    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
+    assert unsupported_reason(RunSettings(fp8="head"), no_torchao) == (
+        "fp8=head needs torchao (pip install -r requirements-gpu.txt); or set fp8=none")
+    assert unsupported_reason(RunSettings(fp8="all"), CPU) == (
+        "fp8=all needs a GPU with float8 tensor cores (Ada or Hopper, compute capability 8.9+); not on CPU")
+    assert unsupported_reason(RunSettings(fp8="head"), DeviceFacts(**{**H200.__dict__, "capability": (8, 9)})) is None
+    assert unsupported_reason(RunSettings(fp8="none"), DeviceFacts(kind="cpu")) is None
+
+
+def test_8bit_adam_needs_torchao_on_a_gpu() -> None:
+    assert unsupported_reason(RunSettings(optimizer="adamw_8bit"), H200) is None
+    no_torchao = DeviceFacts(**{**H200.__dict__, "torchao": False})
+    assert unsupported_reason(RunSettings(optimizer="adamw_8bit"), no_torchao) == (
+        "optimizer=adamw_8bit needs torchao (pip install -r requirements-gpu.txt); or set optimizer=adamw")
+    assert unsupported_reason(RunSettings(optimizer="adamw_8bit"), CPU) == (
+        "optimizer=adamw_8bit (torchao's AdamW8bit) is timed on CUDA GPUs only; use optimizer=adamw on CPU")
+    assert unsupported_reason(RunSettings(optimizer="adamw_fused"), no_torchao) is None
+
+
+def test_fused_loss_needs_liger_on_a_gpu() -> None:
+    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False})
+    assert unsupported_reason(RunSettings(loss="fused"), no_liger) == (
+        "loss=fused needs liger-kernel (pip install -r requirements-gpu.txt); or use loss=chunked")
+    assert unsupported_reason(RunSettings(loss="cce"), no_liger) is None
+
+
+def test_onepass_loss_needs_liger_on_a_gpu_and_nothing_on_a_cpu() -> None:
+    no_liger = DeviceFacts(**{**H200.__dict__, "liger": False, "liger_version": None})
+    assert unsupported_reason(RunSettings(loss="onepass"), no_liger) == (
+        f"loss=onepass runs liger-kernel {LIGER_VERSION}'s cross-entropy kernel on CUDA, and liger-kernel is not "
+        "installed (pip install -r requirements-gpu.txt); or use loss=inline")
+    assert unsupported_reason(RunSettings(loss="onepass"), H200) is None
+    assert unsupported_reason(RunSettings(loss="onepass"), CPU) is None  # torch's arithmetic there
+
+
+@pytest.mark.parametrize("installed", ["0.8.4", "0.9.0", LIGER_VERSION + ".post1"])
+def test_onepass_loss_skips_under_another_liger_version_naming_both(installed: str) -> None:
+    # onepass calls an internal liger kernel by keyword; another release may take other arguments.
+    other = DeviceFacts(**{**H200.__dict__, "liger_version": installed})
+    assert unsupported_reason(RunSettings(loss="onepass"), other) == (
+        f"loss=onepass calls liger-kernel {LIGER_VERSION}'s internal cross-entropy kernel; liger-kernel {installed} "
+        "is installed (pip install -r requirements-gpu.txt); or use loss=inline")
+    assert unsupported_reason(RunSettings(loss="fused"), other) is None  # its public API, any version
+    cpu_with_it = DeviceFacts(**{**CPU.__dict__, "liger_version": installed})
+    assert unsupported_reason(RunSettings(loss="onepass"), cpu_with_it) is None
+
+
+def test_cce_loss_needs_cut_cross_entropy_on_a_gpu() -> None:
+    no_cce = DeviceFacts(**{**H200.__dict__, "cce": False})
+    assert "loss=cce needs cut-cross-entropy (pip install -r requirements-gpu.txt)" in unsupported_reason(
+        RunSettings(loss="cce"), no_cce)
+    assert unsupported_reason(RunSettings(loss="fused"), no_cce) is None
+    assert unsupported_reason(RunSettings(loss="cce"), H200) is None
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"precision": "fp16"}, "precision=fp16 with loss scaling needs a CUDA GPU"),
+    ({"fp8": "blocks"}, "fp8=blocks needs a GPU with float8 tensor cores"),
+    ({"fp8": "all"}, "fp8=all needs a GPU with float8 tensor cores"),
+    ({"loss": "fused"}, "loss=fused is a Triton kernel (liger-kernel) that needs a CUDA GPU"),
+    ({"loss": "cce"}, "loss=cce is a Triton kernel (cut-cross-entropy) that needs a CUDA GPU"),
+    ({"compile": True, "compile_mode": "reduce-overhead"}, "compile_mode=reduce-overhead tunes or graphs CUDA kernels"),
+    ({"compile": True, "compile_mode": "max-autotune-no-cudagraphs"}, "on CPU use compile_mode=default"),
+    ({"compile": True, "compile_mode": "max-autotune"}, "compile_mode=max-autotune tunes or graphs CUDA kernels"),
+    ({"parallel": "ddp", "ddp_comm_hook": "bf16"}, "bf16_compress_hook, which needs NCCL on CUDA GPUs"),
+    ({"parallel": "fsdp2", "nccl_max_ctas": 4}, "nccl_max_ctas=4 limits NCCL's thread blocks, which needs NCCL on CUDA "
+                                                "GPUs; on CPU use nccl_max_ctas=0"),
+])
+def test_cpu_skips_gpu_only_knobs_with_the_reason(settings: dict, words: str) -> None:
+    assert words in unsupported_reason(RunSettings(**settings), CPU)
+
+
+def test_bf16_gradient_compression_needs_nccl() -> None:
+    bf16 = RunSettings(parallel="ddp", ddp_comm_hook="bf16")
+    assert unsupported_reason(bf16, CPU) == ("ddp_comm_hook=bf16 is torch's bf16_compress_hook, which needs NCCL on "
+                                             "CUDA GPUs; on CPU use ddp_comm_hook=none")
+    assert unsupported_reason(bf16, H200) is None
+    assert unsupported_reason(RunSettings(parallel="ddp"), CPU) is None
+
+
+def test_cpu_runs_the_knobs_it_can() -> None:
+    for settings in ({"precision": "bf16", "optimizer": "adamw_fused"}, {"activation_checkpointing": "full"},
+                     {"loss": "chunked"}, {"loss": "inline"}, {"compile": True}, {"grad_accum": 2},
+                     {"optimizer": "adamw_fused", "fused_clip": True}, {"compile": True, "optimizer": "adamw_compiled"}):
+        assert unsupported_reason(RunSettings(**settings), CPU) is None
+    assert "needs a C++ compiler" in unsupported_reason(RunSettings(compile=True), DeviceFacts(kind="cpu"))
+
+
+def test_device_checks_at_their_boundaries() -> None:
+    gpu2 = DeviceFacts(kind="cuda", name="T4", capability=(7, 5), gpu_count=2, cpu_count=64)
+    cpu2 = DeviceFacts(kind="cpu", name="cpu", cxx=True, cpu_count=2, gpu_count=0)
+    ddp = {"parallel": "ddp"}
+    assert unsupported_reason(RunSettings(nproc=2, **ddp), gpu2) is None  # exactly as many GPUs as processes
+    assert unsupported_reason(RunSettings(nproc=3, **ddp), gpu2) == "nproc=3 asks for 3 GPUs per node; this machine has 2"
+    assert unsupported_reason(RunSettings(nproc=2, **ddp), cpu2) is None  # exactly as many cores
+    assert unsupported_reason(RunSettings(nproc=3, **ddp), cpu2) == (
+        "nproc=3 gloo processes on a CPU of 2 cores would time each other's waiting")
+    assert unsupported_reason(RunSettings(parallel="fsdp2", nproc=2, fsdp_param_dtype="bf16"), gpu2) == (
+        "fsdp_param_dtype=bf16 needs an Ampere or newer GPU; T4 has no bf16")
+    assert unsupported_reason(RunSettings(parallel="fsdp2", fsdp_param_dtype="bf16"), cpu2) is None
+    no_triton = DeviceFacts(kind="cuda", name="A100", capability=(8, 0), bf16=True, gpu_count=1)
+    assert unsupported_reason(RunSettings(compile=True), no_triton) == (
+        "compile=true on CUDA needs triton (pip install triton); or set compile=false")
+    assert unsupported_reason(RunSettings(compile=True), DeviceFacts(kind="cpu")) == (
+        "compile=true on CPU needs a C++ compiler (g++) for inductor; install one or set compile=false")
+
+
+def test_bf16_weights_need_a_gpu_with_bf16() -> None:
+    assert unsupported_reason(RunSettings(precision="bf16", weight_dtype="bf16"), H200) is None
+    assert unsupported_reason(RunSettings(precision="bf16", weight_dtype="bf16"), CPU) is None
+    assert unsupported_reason(RunSettings(weight_dtype="bf16"), V100) == (
+        "weight_dtype=bf16 needs an Ampere or newer GPU; Tesla V100-SXM2-16GB has no bf16; use weight_dtype=fp32")
+    assert unsupported_reason(RunSettings(weight_dtype="fp32"), V100) is None
+
+
+def test_stochastic_rounding_needs_torchao_and_a_compiler() -> None:
+    sr = RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_bf16_sr")
+    assert unsupported_reason(sr, H200) is None
+    assert unsupported_reason(sr, DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True)) is None
+    assert unsupported_reason(sr, DeviceFacts(**{**H200.__dict__, "torchao": False})) == (
+        "optimizer=adamw_bf16_sr needs torchao (pip install -r requirements-gpu.txt); or set optimizer=adamw_fused "
+        "(bf16 weights rounded to nearest)")
+    assert unsupported_reason(sr, DeviceFacts(kind="cpu", name="cpu", cxx=True)) == (
+        "optimizer=adamw_bf16_sr needs torchao (pip install -r requirements.txt); or set optimizer=adamw_fused "
+        "(bf16 weights rounded to nearest)")
+    assert unsupported_reason(sr, DeviceFacts(kind="cpu", name="cpu", cxx=False, torchao=True)) == (
+        "optimizer=adamw_bf16_sr compiles torchao's optimizer step, which on CPU needs a C++ compiler (g++)")
+    assert "has no bf16" in unsupported_reason(sr, V100)
+
+
+# --- combinations refused when params load, on every device ----------------------------------------------------
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"compile_mode": "reduce-overhead"}, "compile_mode='reduce-overhead' is not valid; expected default unless compile=true"),
+    ({"grad_accum": 3}, "grad_accum=3 is not valid; expected a divisor of the batch size 4"),
+    ({"grad_accum": 0}, "grad_accum=0 is not valid; expected 1 or more"),
+    ({"activation_checkpointing": "some"}, "expected one of: none, full, selective"),
+    ({"loss": "focal"}, "expected one of: standard, inline, chunked, fused, cce, onepass"),
+    ({"weight_dtype": "fp16"}, "weight_dtype='fp16' is not valid; expected one of: fp32, bf16"),
+    ({"optimizer": "sgd"}, "optimizer='sgd' is not valid; expected one of: adamw, adamw_fused, adamw_compiled, "
+                           "adamw_8bit, adamw_bf16_sr"),
+    ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
+    ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
+    ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
+                                   "unit) or a positive count of blocks"),
+    ({"fsdp_blocks_per_unit": 4}, "parallel='none' is not valid; expected fsdp2 when fsdp_reshard_after_forward, "
+                                  "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
+    ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
+    ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
+    ({"loss": "onepass", "parallel": "fsdp2", "nproc": 2}, "loss='onepass' is not valid; expected standard or chunked "
+                                                          "with parallel=fsdp2 (the onepass head reads the output "
+                                                          "weight outside the sharded module)"),
+    ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
+    ({"fp8": "head", "loss": "chunked"}, "loss='chunked' is not valid; expected standard or inline with fp8=head "
+                                         "(the chunked, fused, cce and onepass heads multiply by the output weight themselves, "
+                                         "so the float8 output layer would be bypassed; or set fp8=blocks)"),
+])
+def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
+    with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        parse_params(micro_params(**overrides))
+
+
+def test_a_bad_knob_in_a_variant_names_the_variant() -> None:
+    data = micro_params()
+    data["variants"]["odd"] = {"batch_size": 6, "grad_accum": 4}
+    with pytest.raises(LabError, match="variants.odd.grad_accum=4 is not valid; expected a divisor of the batch size 6"):
+        parse_params(data)
+
+
+def test_bf16_weights_need_bf16_matmuls_and_no_fsdp2() -> None:
+    for precision in ("fp32", "tf32", "fp16"):
+        with pytest.raises(LabError, match=f"precision='{precision}' is not valid; expected bf16 with weight_dtype=bf16"):
+            parse_params(micro_params(weight_dtype="bf16", precision=precision))
+    with pytest.raises(LabError, match="parallel='fsdp2' is not valid; expected none or ddp with weight_dtype=bf16"):
+        parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="fsdp2", nproc=2))
+    assert parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="ddp", nproc=2)).run.weight_dtype == "bf16"
+
+
+def test_the_compiled_update_needs_compile_and_neither_fp16_nor_fsdp2() -> None:
+    refused("compile=False is not valid; expected true with optimizer=adamw_compiled, which compiles the update in "
+            "compile's mode (or set optimizer=adamw)", optimizer="adamw_compiled")
+    refused("precision='fp16' is not valid; expected fp32, tf32 or bf16 with optimizer=adamw_compiled (fp16's "
+            "GradScaler reads its inf checks on the host, outside the compiled update; or set optimizer=adamw)",
+            optimizer="adamw_compiled", compile=True, precision="fp16")
+    refused("parallel='fsdp2' is not valid; expected none or ddp with optimizer=adamw_compiled (the compiled update is "
+            "not wired for fsdp2's sharded gradients; or set optimizer=adamw)",
+            optimizer="adamw_compiled", compile=True, parallel="fsdp2", nproc=2)
+    graphed = parse_params(micro_params(optimizer="adamw_compiled", compile=True, compile_mode="reduce-overhead",
+                                        precision="bf16"))
+    assert graphed.run.optimizer == "adamw_compiled"
+    assert parse_params(micro_params(optimizer="adamw_compiled", compile=True, parallel="ddp", nproc=2)).run.parallel == "ddp"
+
+
+def test_stochastic_rounding_needs_bf16_weights() -> None:
+    refused("weight_dtype='fp32' is not valid; expected bf16 with optimizer=adamw_bf16_sr (it rounds each update "
+            "stochastically into bf16 weights; or set optimizer=adamw)", optimizer="adamw_bf16_sr", precision="bf16")
+    sr = parse_params(micro_params(optimizer="adamw_bf16_sr", weight_dtype="bf16", precision="bf16")).run
+    assert (sr.optimizer, sr.weight_dtype) == ("adamw_bf16_sr", "bf16")
+
+
+def test_fused_clip_needs_the_fused_kernel_and_its_grad_scale_free() -> None:
+    for optimizer in ("adamw", "adamw_8bit"):
+        refused(f"fused_clip=True is not valid; expected false with optimizer={optimizer} (the clipping scale is "
+                "handed to fused AdamW's kernel as its grad_scale; set optimizer=adamw_fused with it)",
+                fused_clip=True, optimizer=optimizer)
+    refused("precision='fp16' is not valid; expected fp32, tf32 or bf16 with fused_clip=true (fp16's GradScaler sets "
+            "the fused kernel's grad_scale itself; or set fused_clip=false)",
+            fused_clip=True, optimizer="adamw_fused", precision="fp16")
+    refused("parallel='fsdp2' is not valid; expected none or ddp with fused_clip=true (not wired for fsdp2's sharded "
+            "gradients; or set fused_clip=false)", fused_clip=True, optimizer="adamw_fused", parallel="fsdp2", nproc=2)
+    clipped = parse_params(micro_params(fused_clip=True, optimizer="adamw_fused", parallel="ddp", nproc=2)).run
+    assert clipped.fused_clip and clipped.optimizer == "adamw_fused"
+
+
+def test_a_combination_rule_in_a_variant_names_the_variant() -> None:
+    data = micro_params()
+    data["variants"]["graphed"] = {"optimizer": "adamw_compiled"}
+    with pytest.raises(LabError, match=r"^variants\.graphed\.compile=False is not valid; expected true with "
+                                       r"optimizer=adamw_compiled"):
+        parse_params(data)
+
+
+def test_every_committed_variant_and_preset_loads() -> None:
+    data = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for preset in ["cpu", *data["presets"]]:
+        assert parse_params({**data, "preset": preset}).variants
+
+
+# --- the knobs that `optimizer` replaced ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("knob, value, write", [
+    ("fused_adamw", True, "optimizer: adamw_fused"),
+    ("fused_adamw", False, "nothing (optimizer: adamw is the default)"),
+    ("adam_state", "8bit", "optimizer: adamw_8bit"),
+    ("compile_update", True, "optimizer: adamw_compiled"),
+    ("weight_dtype", "bf16_sr", "weight_dtype: bf16 with optimizer: adamw_bf16_sr"),
+])
+def test_an_old_optimizer_knob_is_refused_naming_what_to_write(knob: str, value: object, write: str) -> None:
+    replaced = "the optimizer knob replaced fused_adamw, adam_state, compile_update and weight_dtype=bf16_sr"
+    refused(f"{knob}={value!r} is not valid: {replaced}; write {write}", **{knob: value})
+    data = micro_params()
+    data["variants"]["old"] = {knob: value}
+    with pytest.raises(LabError) as err:
+        parse_params(data)
+    assert str(err.value) == f"variants.old.{knob}={value!r} is not valid: {replaced}; write {write}"
+
+
+@pytest.mark.parametrize("old, new", [
+    ({"fused_adamw": True, "adam_state": "fp32", "compile_update": False, "weight_dtype": "fp32"},
+     {"optimizer": "adamw_fused", "weight_dtype": "fp32"}),
+    ({"fused_adamw": False, "adam_state": "fp32", "compile_update": False, "weight_dtype": "bf16"},
+     {"optimizer": "adamw", "weight_dtype": "bf16"}),
+    ({"fused_adamw": False, "adam_state": "8bit", "compile_update": False}, {"optimizer": "adamw_8bit"}),
+    ({"fused_adamw": False, "compile_update": True, "compile": True}, {"optimizer": "adamw_compiled", "compile": True}),
+    ({"weight_dtype": "bf16_sr", "precision": "bf16"},
+     {"optimizer": "adamw_bf16_sr", "weight_dtype": "bf16", "precision": "bf16"}),
+    ({"precision": "bf16"}, {"precision": "bf16"}),  # none of them: as it is
+])
+def test_a_committed_runs_old_knobs_read_as_the_optimizer_that_trains_the_same(old: dict, new: dict) -> None:
+    assert from_old_knobs(old) == new
+
+
+# params.yaml's variants before the `optimizer` knob, as committed at 5ab632e.
+OLD_VARIANTS = """
+fp32_baseline: {attention: manual, compile: false, fused_adamw: false, precision: fp32}
+recipe: {attention: sdpa, compile: true, fused_adamw: true, precision: bf16}
+fastest: {attention: sdpa, compile: true, compile_mode: reduce-overhead, loss: onepass, precision: bf16, weight_dtype: bf16_sr}
+lean: {activation_checkpointing: full, attention: sdpa, compile: true, loss: chunked, precision: bf16, weight_dtype: bf16_sr}
+tf32: {precision: tf32}
+sdpa: {attention: sdpa}
+fp16: {precision: fp16}
+bf16: {precision: bf16}
+fused_adamw: {fused_adamw: true}
+compile: {compile: true}
+ckpt_full: {activation_checkpointing: full, attention: sdpa, compile: true, fused_adamw: true, precision: bf16}
+ckpt_selective: {activation_checkpointing: selective, attention: sdpa, compile: true, fused_adamw: true, precision: bf16}
+loss_chunked: {attention: sdpa, compile: true, fused_adamw: true, loss: chunked, precision: bf16}
+loss_inline: {attention: sdpa, compile: true, fused_adamw: true, loss: inline, precision: bf16}
+loss_fused: {attention: sdpa, compile: true, fused_adamw: true, loss: fused, precision: bf16}
+loss_cce: {attention: sdpa, compile: true, fused_adamw: true, loss: cce, precision: bf16}
+loss_onepass: {attention: sdpa, compile: true, fused_adamw: true, loss: onepass, precision: bf16}
+clip_fused: {attention: sdpa, compile: true, fused_adamw: true, fused_clip: true, precision: bf16}
+weights_bf16: {attention: sdpa, compile: true, fused_adamw: true, precision: bf16, weight_dtype: bf16}
+weights_bf16_sr: {attention: sdpa, compile: true, precision: bf16, weight_dtype: bf16_sr}
+cuda_graphs: {attention: sdpa, compile: true, compile_mode: reduce-overhead, fused_adamw: true, precision: bf16}
+update_compiled: {attention: sdpa, compile: true, compile_update: true, precision: bf16}
+update_graphed: {attention: sdpa, compile: true, compile_mode: reduce-overhead, compile_update: true, precision: bf16}
+fp8: {attention: sdpa, compile: true, fp8: blocks, fused_adamw: true, precision: bf16}
+fp8_head: {attention: sdpa, compile: true, fp8: head, fused_adamw: true, precision: bf16}
+adam_8bit: {adam_state: 8bit, attention: sdpa, compile: true, precision: bf16}
+accum_4: {attention: sdpa, batch_size: 16, compile: true, fused_adamw: true, grad_accum: 4, precision: bf16}
+batch_4: {attention: sdpa, batch_size: 4, compile: true, fused_adamw: true, precision: bf16}
+batch_64: {attention: sdpa, batch_size: 64, compile: true, fused_adamw: true, precision: bf16}
+ddp_2: {attention: manual, batch_size: 16, compile: false, fused_adamw: false, nproc: 2, parallel: ddp, precision: fp32}
+fsdp2_2: {attention: manual, batch_size: 16, compile: false, fused_adamw: false, nproc: 2, parallel: fsdp2, precision: fp32}
+"""
+
+
+def test_the_variants_before_the_optimizer_knob_mean_what_params_yaml_says_now() -> None:
+    old = {n: from_old_knobs(v) for n, v in yaml.safe_load(OLD_VARIANTS).items()}
+    data = micro_params()
+    now = parse_params(data).variants
+    old_params = parse_params({**data, "variants": old})
+    assert {n: asdict(s) for n, s in old_params.variants.items()} == {n: asdict(s) for n, s in now.items()}
+
+
+# --- the variant to run, and the file ---------------------------------------------------------------------------
+
+def test_variant_comes_from_the_flag_or_the_dvc_stage_name() -> None:
+    p = parse_params(micro_params())
+    name = next(iter(p.variants))
+    assert variant_from(name, None, p) == name
+    assert variant_from(None, f"bench@{name}", p) == name
+    assert variant_from(None, f"profile@{name}", p, kind="profile") == name
+    assert variant_from(name, "bench@not_this_one", p) == name  # the flag wins
+    with pytest.raises(LabError) as err:
+        variant_from(None, None, p)
+    assert str(err.value) == "no variant given: pass --variant NAME, or run as the DVC stage bench@NAME"
+    with pytest.raises(LabError, match="run as the DVC stage profile@NAME"):
+        variant_from(None, f"bench@{name}", p, kind="profile")
+    with pytest.raises(LabError) as err:
+        variant_from("nope", None, p)
+    assert str(err.value) == f"variant 'nope' is not in params.yaml; valid: {', '.join(p.variants)}"
+
+
+def test_load_params_reads_a_file_and_names_the_bad_line(tmp_path: Path) -> None:
+    good = tmp_path / "params.yaml"
+    good.write_text(yaml.safe_dump(micro_params(seed=7)))
+    assert load_params(good).seed == 7 and load_params(str(good)).train.block_size == 32
+    with pytest.raises(LabError) as err:
+        load_params(tmp_path / "missing.yaml")
+    assert str(err.value) == f"{tmp_path / 'missing.yaml'} not found; run from the repository root"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: 1\ntrain: {batch_size: 4\n")
+    with pytest.raises(LabError) as err:
+        load_params(bad)
+    assert str(err.value).startswith(f"{bad} is not valid YAML: ") and str(err.value).endswith("; fix that line")
+    assert "at line 3, column 1" in str(err.value)
+
+
+# --- each section's own checks ----------------------------------------------------------------------------------
+
+BAD_PARAMS = [  # (override, the exact message); each check's first bad value next to its last good one
+    ({"data__vocab_size": 256}, "data.vocab_size=256 is not valid; expected at least 257 (256 bytes + end-of-text)"),
+    ({"data__vocab_size": 2**32 + 1},
+     "data.vocab_size=4294967297 is not valid; expected at most 4294967296 (tokens are stored as uint32)"),
+    ({"data__val_fraction": 0.5}, "data.val_fraction=0.5 is not valid; expected between 0 and 0.5, exclusive"),
+    ({"data__val_fraction": 0.0}, "data.val_fraction=0.0 is not valid; expected between 0 and 0.5, exclusive"),
+    ({"data__tokenizer_sample_bytes": -1}, ("data.tokenizer_sample_bytes=-1 is not valid; expected 0 (the whole "
+                                            "corpus) or a positive byte count such as 100000000")),
+    ({"data__text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
+    ({"data__eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
+    ({"train__batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
+    ({"train__block_size": 0}, "train.block_size=0 is not valid; expected a positive integer"),
+    ({"train__steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
+    ({"train__lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
+    ({"train__lr": 1e-3, "train__min_lr": 2e-3}, "train.min_lr=0.002 is not valid; expected between 0 and train.lr=0.001"),
+    ({"train__min_lr": -0.1}, None),  # the message names train.lr: checked above
+    ({"train__lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
+    ({"train__weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
+    ({"train__grad_clip": -1.0}, "train.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
+    ({"bench__warmup_steps": 0}, "bench.warmup_steps=0 is not valid; expected 1 or more"),
+    ({"bench__warmup_steps": 2, "bench__steps": 3},
+     "bench.steps=3 is not valid; expected at least bench.warmup_steps + 2 = 4, so that two or more steps are timed"),
+    ({"bench__repeats": 0}, "bench.repeats=0 is not valid; expected 1 or more"),
+    ({"bench__steady_tolerance": 0.0}, "bench.steady_tolerance=0.0 is not valid; expected a positive fraction"),
+    ({"eval__batches": 0}, "eval.batches=0 is not valid; expected a positive integer"),
+    ({"aggregate__loss_tolerance": 0.0}, "aggregate.loss_tolerance=0.0 is not valid; expected a positive number"),
+    ({"aggregate__repeat_tolerance": -0.01}, "aggregate.repeat_tolerance=-0.01 is not valid; expected 0 or more"),
+    ({"profile__steps": 0}, "profile.steps=0 is not valid; expected a positive integer"),
+]
+GOOD_PARAMS = [  # the last good value of each check above
+    {"data__vocab_size": 257}, {"data__vocab_size": 2**32}, {"data__val_fraction": 0.49}, {"data__val_fraction": 1e-9},
+    {"data__tokenizer_sample_bytes": 0}, {"train__batch_size": 1, "train__block_size": 1, "train__steps": 1},
+    {"train__lr": 1e-3, "train__min_lr": 1e-3}, {"train__min_lr": 0.0}, {"train__lr_warmup_steps": 0},
+    {"train__weight_decay": 0.0}, {"train__grad_clip": 0.0}, {"bench__warmup_steps": 1, "bench__steps": 3},
+    {"bench__repeats": 1}, {"eval__batches": 1}, {"aggregate__repeat_tolerance": 0.0}, {"profile__steps": 1},
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_PARAMS)
+def test_each_section_check_names_the_key_the_value_and_the_valid_ones(override: dict, message: str | None) -> None:
+    with pytest.raises(LabError) as err:
+        parse_params(micro_params(**override))
+    if message is not None:
+        assert str(err.value) == message
+
+
+@pytest.mark.parametrize("override", GOOD_PARAMS)
+def test_each_section_check_accepts_its_boundary(override: dict) -> None:
+    parse_params(micro_params(**override))

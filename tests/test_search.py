@@ -1,0 +1,209 @@
+"""The search (benchlab/search.py) driven by a fake timing backend: what it tries, what it picks, how it resumes."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchlab import search
+from benchlab.knobs import RunSettings
+from benchlab.knobs import check_combination, unsupported_reason
+from benchlab.search import Candidate, Journal, Limits, Run, Search
+from benchlab.skips import DeviceFacts
+
+RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
+CONTEXT = {"model": "gpt2_124m", "batch": 16, "device": "fake"}
+
+# The fake machine: each change multiplies the recipe's tokens/s and adds to its memory.
+SPEED = {("loss", "onepass"): 1.06, ("compile_mode", "reduce-overhead"): 1.04, ("fp8", "blocks"): 1.02,
+         ("loss", "chunked"): 0.97, ("activation_checkpointing", "full"): 0.8, ("precision", "fp32"): 0.3,
+         ("activation_checkpointing", "selective"): 0.9, ("compile", False): 0.5}
+MEMORY = {("activation_checkpointing", "full"): -5000, ("activation_checkpointing", "selective"): -3000,
+          ("loss", "chunked"): -2000, ("loss", "onepass"): -1500, ("precision", "fp32"): 9000}
+
+
+def fake_measure(calls: list[str]) -> search.Measure:
+    def measure(cand: Candidate, settings: RunSettings) -> Run:
+        calls.append(cand.name)
+        tps, mem = 100_000.0, 10_000.0
+        for change in cand.changes:
+            tps *= SPEED.get(change, 0.99)
+            mem += MEMORY.get(change, 0)
+        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
+    return measure
+
+
+def passes_all(cand: Candidate, settings: RunSettings) -> Run:
+    return Run(cand.name, {}, "", "ok", passed=True, message="learns the same")
+
+
+def no_fp8_on_this_device(settings: RunSettings) -> str | None:
+    return "fp8 needs compute capability 8.9" if settings.fp8 != "none" else None
+
+
+def limits(**kw: float) -> Limits:
+    return Limits(**{"budget_s": 10_000, "max_candidates": 200, "confirm": 2, "repeats": 2, "lean_floor": 0.85, **kw})
+
+
+def run_search(tmp_path: Path, calls: list[str], rules: search.Rules = no_fp8_on_this_device, **kw: float) -> dict:
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    return Search(RECIPE, rules, fake_measure(calls), passes_all, journal, limits(**kw), log=lambda _: None).run()
+
+
+def test_singles_change_one_searched_knob_each_and_never_repeat_the_recipe() -> None:
+    names = [c.name for c in search.singles(RECIPE)]
+    assert len(names) == len(set(names)) and "recipe" not in names
+    assert "loss=onepass" in names and "precision=fp32" in names and "compile=false" in names
+    assert "precision=bf16" not in names  # the recipe's own value
+    assert not any(n.startswith(("nproc=", "parallel=", "batch_size=", "ddp_")) for n in names)
+    assert search.choices("compile") == (False, True) and search.choices("nproc") == ()
+
+
+def test_candidate_names_follow_the_knob_table_and_a_change_replaces_its_knob() -> None:
+    cand = Candidate().plus(("loss", "onepass")).plus(("precision", "fp32")).plus(("loss", "chunked"))
+    assert cand.name == "precision=fp32+loss=chunked"
+    assert cand.settings(RECIPE) == replace(RECIPE, precision="fp32", loss="chunked")
+    assert Candidate().name == "recipe" and Candidate((("compile", False),)).name == "compile=false"
+
+
+def test_the_fake_machine_s_best_is_found(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result = run_search(tmp_path, calls)
+    assert result["status"] == "ok"
+    # every change faster than the recipe, except fp8 (refused here) and the worse of two values of one knob
+    assert result["fastest"]["name"] == "loss=onepass+compile_mode=reduce-overhead"
+    assert result["fastest"]["ratio_to_recipe"] == pytest.approx(1.06 * 1.04)
+    # least memory at 85% of the recipe's speed or more: full checkpointing (0.8x) is too slow
+    assert result["lean"]["name"] == "activation_checkpointing=selective+loss=chunked"
+    assert result["lean"]["peak_mem_mb"] == pytest.approx(10_000 - 3000 - 2000)
+    assert not any("fp8=" in name for name in calls), "a refused candidate was run"
+
+
+def test_every_run_is_journaled_and_a_resumed_search_repeats_nothing(tmp_path: Path) -> None:
+    calls: list[str] = []
+    first = fake_measure(calls)
+
+    def killed_after_ten(cand: Candidate, settings: RunSettings) -> Run:
+        if len(calls) == 10:
+            raise KeyboardInterrupt
+        return first(cand, settings)
+
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    with pytest.raises(KeyboardInterrupt):
+        Search(RECIPE, no_fp8_on_this_device, killed_after_ten, passes_all, journal, limits(), log=lambda _: None).run()
+    before = list(calls)
+    with (tmp_path / "journal.jsonl").open("a") as f:
+        f.write('{"context": {"model": "gpt2_1')  # a line cut short by the kill
+    calls.clear()
+    result = run_search(tmp_path, calls)
+    assert not set(before) & set(calls), "a finished run was repeated"
+    full: list[str] = []
+    assert result == run_search(tmp_path / "fresh", full) and sorted(before + calls) == sorted(full)
+
+
+def test_a_journal_from_another_context_is_not_used(tmp_path: Path) -> None:
+    calls: list[str] = []
+    run_search(tmp_path, calls)
+    journal = Journal(tmp_path / "journal.jsonl", {**CONTEXT, "batch": 32})
+    assert journal.runs == {} and (tmp_path / "journal.jsonl").read_text() == ""
+
+
+def test_the_budget_stops_screening_and_the_record_says_what_ran(tmp_path: Path) -> None:
+    calls: list[str] = []
+    run_search(tmp_path, calls, budget_s=30 * 5, repeats=0)  # five 30-second runs
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    screened = [r for r in journal.runs.values() if r.phase == "singles" and r.status == "ok"]
+    assert len(screened) == 5 and calls[0] == "recipe"
+    csv = search.candidates_csv(journal, 100_000.0).splitlines()
+    assert csv[0] == ",".join(search.CSV_COLUMNS)
+    assert csv[1].startswith("recipe,singles,ok,1e+05,1,1e+04,30,")
+    refused = [line for line in csv if ",refused," in line]
+    assert refused and all("fp8 needs compute capability 8.9" in line for line in refused)
+
+
+def test_max_candidates_counts_runs_not_refusals(tmp_path: Path) -> None:
+    calls: list[str] = []
+    run_search(tmp_path, calls, max_candidates=3, repeats=0)
+    assert calls == ["recipe", "precision=fp32", "precision=tf32"]
+
+
+def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> None:
+    judged: list[str] = []
+
+    def onepass_learns_differently(cand: Candidate, settings: RunSettings) -> Run:
+        judged.append(cand.name)
+        passed = settings.loss != "onepass"
+        return Run(cand.name, {}, "", "ok", passed=passed, message="learns the same" if passed else "0.3 nats worse")
+
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    result = Search(RECIPE, no_fp8_on_this_device, fake_measure([]), onepass_learns_differently, journal,
+                    limits(confirm=3), log=lambda _: None).run()
+    assert result["fastest"]["name"] == "compile_mode=reduce-overhead"
+    assert judged[0] == "loss=onepass+compile_mode=reduce-overhead"
+    assert journal.get("parity", judged[0]).passed is False
+
+
+def test_a_recipe_that_does_not_run_stops_the_search(tmp_path: Path) -> None:
+    def oom(cand: Candidate, settings: RunSettings) -> Run:
+        return Run(cand.name, {}, "", "oom", message="out of memory at 23.9 GiB")
+
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    result = Search(RECIPE, no_fp8_on_this_device, oom, passes_all, journal, limits(), log=lambda _: None).run()
+    assert result == {"status": "failed", "message": "the recipe itself did not run (oom: out of memory at 23.9 GiB)"}
+
+
+def test_found_variants_are_params_yaml_variants(tmp_path: Path) -> None:
+    result = run_search(tmp_path, [])
+    found = search.found_variants(result, RECIPE, "gpt2_124m")
+    assert found["fastest_gpt2_124m"] == {"precision": "bf16", "attention": "sdpa", "loss": "onepass",
+                                          "optimizer": "adamw_fused", "compile": True, "compile_mode": "reduce-overhead"}
+    assert set(found) == {"fastest_gpt2_124m", "lean_gpt2_124m"}
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["context"] == CONTEXT for line in lines)
+
+
+H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
+                   liger_version="0.8.5", cce=True, gpu_count=1)
+CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True, cpu_count=2)
+
+
+@pytest.mark.parametrize("device", [H200, CPU], ids=["h200", "cpu"])
+def test_every_candidate_run_obeys_the_knobs_own_rules(tmp_path: Path, device: DeviceFacts) -> None:
+    ran: list[RunSettings] = []
+    measure = fake_measure([])
+
+    def recording(cand: Candidate, settings: RunSettings) -> Run:
+        ran.append(settings)
+        return measure(cand, settings)
+
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    Search(RECIPE, search.rules_for(device, 16), recording, passes_all, journal, limits(), log=lambda _: None).run()
+    for settings in ran:
+        check_combination("", settings, 16)  # raises on a broken rule
+        assert unsupported_reason(settings, device) is None, settings
+    refused = {r.name: r.message for r in journal.runs.values() if r.status == "refused"}
+    # a change that needs another: torchao's stochastic-rounding AdamW steps bf16 weights only
+    assert "optimizer=adamw_bf16_sr" in refused and "weight_dtype" in refused["optimizer=adamw_bf16_sr"]
+    if device is CPU:
+        assert "fp8=blocks" in refused and "compile_mode=reduce-overhead" in refused
+        assert not any(s.fp8 != "none" or s.compile_mode != "default" or s.precision == "fp16" for s in ran)
+    else:
+        assert "fp8=head" not in refused and "precision=fp16" not in refused
+        # the float8 output layer is bypassed by the heads that multiply by its weight themselves
+        rules = search.rules_for(H200, 16)
+        assert "with fp8=head" in str(rules(replace(RECIPE, loss="onepass", fp8="head")))
+        assert rules(replace(RECIPE, loss="onepass", fp8="blocks")) is None
+        assert "a divisor of the batch size 16" in str(rules(replace(RECIPE, grad_accum=3)))
+
+
+def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
+    result = run_search(tmp_path, [])
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    out = search.summary(result, journal, limits())
+    assert out["fastest"] == "loss=onepass+compile_mode=reduce-overhead"
+    assert out["fastest_ratio_to_recipe"] == pytest.approx(1.06 * 1.04) and out["start_tokens_per_sec"] == 100_000
+    assert out["runs"] == journal.measured() and out["spent_s"] == 30.0 * out["runs"]
+    assert all(not isinstance(v, (dict, list)) for v in out.values())
+    failed = search.summary({"status": "failed", "message": "the recipe itself did not run"}, journal, limits())
+    assert failed["lean"] == "none: the recipe itself did not run" and failed["lean_tokens_per_sec"] is None
