@@ -135,7 +135,7 @@ def provenance() -> dict:
     """The commit, source hash and time of a run; changes every run, so never a DVC dependency.
 
     BENCHLAB_GIT_COMMIT, when set, names the source commit of a run made in a
-    scratch copy (scripts/gpu_matrix.sh sets it), whose own HEAD means nothing;
+    copy of the tree (scripts/remote_gpu.sh sets it), whose own HEAD means nothing;
     the source hash shows whether the code that ran is that commit's.
     """
     return {

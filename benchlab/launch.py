@@ -16,7 +16,7 @@ the runner trains one process's share and knows no other. A rank that dies fails
 recorded, and `last_words` picks the line that says why from the child's stderr. The profile stage runs its
 ranks the same way (`on_ranks`, `rank_device`, `train_variant`); they write its trace themselves.
 
-A scripted run with a time limit (scripts/gpu_matrix.sh) sets BENCHLAB_DEADLINE, a Unix time: a variant then
+A scripted run with a time limit may set BENCHLAB_DEADLINE, a Unix time: a variant then
 starts no repeat that its shortest repeat so far says would end past it, and records the repeats it has,
 saying how many of `bench.repeats` ran; a variant reaching the deadline before its first repeat fails with
 nothing recorded. Without it, every variant runs all its repeats.
