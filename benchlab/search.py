@@ -50,7 +50,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return "+".join(f"{k}={_word(v)}" for k, v in self.changes) or "recipe"
+        return "+".join(f"{k}={_word(v)}" for k, v in self.changes) or "start"
 
     def plus(self, change: Change) -> Candidate:
         """This candidate with one more change (replacing its own value of that knob)."""
@@ -201,7 +201,7 @@ class Search:
             return {"status": "failed", "message": f"the recipe itself did not run ({why})"}
         runs = [r for c in singles(self.recipe) if (r := self.screen(c, "singles")) is not None]
         best = {goal: self.combine(goal, recipe, runs) for goal in GOALS}
-        return {"status": "ok", "recipe": recipe, **{g: self.confirm(g, recipe, best[g]) for g in GOALS}}
+        return {"status": "ok", "start": recipe, **{g: self.confirm(g, recipe, best[g]) for g in GOALS}}
 
     def eligible(self, goal: str, run: Run, recipe: Run) -> bool:
         if run.status != "ok" or run.tokens_per_sec is None:
@@ -265,7 +265,7 @@ class Search:
                 self.journal.add(verdict)
             if verdict.passed:
                 return {"name": cand.name, "changes": dict(cand.changes), "tokens_per_sec": tps, "peak_mem_mb": mem,
-                        "ratio_to_recipe": tps / float(recipe.tokens_per_sec or 1), "parity": verdict.message}
+                        "ratio_to_start": tps / float(recipe.tokens_per_sec or 1), "parity": verdict.message}
         return {"name": None, "message": f"none of the {len(confirmed)} confirmed candidates passed parity"
                 if confirmed else "no candidate was confirmed"}
 
@@ -285,7 +285,7 @@ def found_variants(result: dict[str, Any], recipe: RunSettings, model: str) -> d
     return out
 
 
-CSV_COLUMNS = ("name", "phase", "status", "tokens_per_sec", "ratio_to_recipe", "peak_mem_mb", "wall_s", "passed",
+CSV_COLUMNS = ("name", "phase", "status", "tokens_per_sec", "ratio_to_start", "peak_mem_mb", "wall_s", "passed",
                "message")
 
 
@@ -312,7 +312,7 @@ def _cell(value: Any) -> str:
 
 def summary(result: dict[str, Any], journal: Journal, limits: Limits) -> dict[str, Any]:
     """The flat metrics file: what each goal found, against the start, and what the search spent."""
-    recipe = result.get("recipe")
+    recipe = result.get("start")
     out: dict[str, Any] = {"status": result["status"], "runs": journal.measured(), "spent_s": journal.spent_s(),
                            "budget_s": limits.budget_s,
                            "refused": sum(1 for r in journal.runs.values() if r.status == "refused"),
@@ -321,6 +321,6 @@ def summary(result: dict[str, Any], journal: Journal, limits: Limits) -> dict[st
     for goal in GOALS:
         answer = result.get(goal) or {}
         out[goal] = answer.get("name") or f"none: {answer.get('message', result.get('message', ''))}"
-        for key in ("tokens_per_sec", "ratio_to_recipe", "peak_mem_mb"):
+        for key in ("tokens_per_sec", "ratio_to_start", "peak_mem_mb"):
             out[f"{goal}_{key}"] = answer.get(key)
     return out

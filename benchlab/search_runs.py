@@ -7,6 +7,7 @@ bench.warmup_steps, the memory cap included.
 """
 
 import json
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -27,6 +28,13 @@ from benchlab.results import base_record, measured_record
 NAME = "candidate"
 
 
+def start_of(p: Params) -> RunSettings:
+    """The variant the search starts from, which must be in params.yaml."""
+    if p.search.start not in p.variants:
+        raise LabError(f"search.start={p.search.start!r} is not a variant in params.yaml; valid: {', '.join(p.variants)}")
+    return p.variants[p.search.start]
+
+
 def with_candidate(p: Params, settings: RunSettings) -> Params:
     """The params with the candidate as one more variant, named `candidate`."""
     return replace(p, variants={**p.variants, NAME: settings})
@@ -36,7 +44,7 @@ def read_candidate(p: Params, path: Path) -> RunSettings:
     """The candidate a parent wrote, checked by the knobs' rules as the parent checked it."""
     try:
         changes = json.loads(path.read_text())
-        settings = replace(p.variants[p.search.start], **changes)
+        settings = replace(start_of(p), **changes)
     except (OSError, ValueError, TypeError) as err:
         raise LabError(f"{path}: not a search candidate ({type(err).__name__}: {err})") from None
     reason = search.rules_for(device_facts(resolve_device(p.device)), p.batch_size(settings))(settings)
@@ -53,7 +61,7 @@ def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path) -> N
 def context(p: Params, device: torch.device) -> dict[str, Any]:
     """What a journal's runs are only valid for: a change to any of these starts the search afresh."""
     env = environment()
-    start = p.variants[p.search.start]
+    start = start_of(p)
     return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.train.block_size,
             "bench_steps": p.bench.steps, "warmup_steps": p.bench.warmup_steps, "memory_cap_gib": p.bench.memory_cap_gib,
             "device": env.get("gpu") or env.get("cpu") or device.type, "torch": env.get("torch"), "start": asdict(start),
@@ -63,17 +71,18 @@ def context(p: Params, device: torch.device) -> dict[str, Any]:
 class Runs:
     """The measure and judge the search is handed, for one stage run."""
 
-    def __init__(self, p: Params, data_dir: str, out_dir: Path, reference: dict[str, Any]) -> None:
-        self.p, self.data_dir, self.out_dir, self.reference = p, data_dir, out_dir, reference
+    def __init__(self, p: Params, data_dir: str, reference: dict[str, Any]) -> None:
+        self.p, self.data_dir, self.reference = p, data_dir, reference
         self.device = resolve_device(p.device)
         self.data: TokenData = load_tokens(data_dir)
 
     def measure(self, cand: search.Candidate, settings: RunSettings) -> search.Run:
-        path = self.out_dir / "candidate.json"
-        path.write_text(json.dumps(dict(cand.changes)))
         began = time.perf_counter()
-        with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
-            rec = launch.repeat_in_fresh_process(["stages.search", "--candidate", str(path), self.data_dir])
+        with tempfile.TemporaryDirectory(prefix="benchlab-search-") as tmp:
+            path = Path(tmp) / "candidate.json"
+            path.write_text(json.dumps(dict(cand.changes)))
+            with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
+                rec = launch.repeat_in_fresh_process(["stages.search", "--candidate", str(path), self.data_dir])
         wall = time.perf_counter() - began
         p = with_candidate(self.p, settings)
         base = base_record(NAME, p, settings, self.device.type, {}, {})

@@ -36,21 +36,21 @@ def main(argv: list[str] | None = None) -> None:
     remove_outputs(out / "candidates.csv", out / "found.yaml", args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
-    runs = search_runs.Runs(p, args.data_dir, out, reference)
-    start = p.variants[p.search.start]
+    runs = search_runs.Runs(p, args.data_dir, reference)
+    start = search_runs.start_of(p)
     journal = search.Journal(out / "journal.jsonl", search_runs.context(p, runs.device))
     limits = search.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
                            p.search.lean_floor)
     rules = search.rules_for(device_facts(runs.device), p.batch_size(start))
     result = search.Search(start, rules, runs.measure, runs.judge, journal, limits).run()
     found = search.found_variants(result, start, p.model) if result["status"] == "ok" else {}
-    recipe = result.get("recipe")
+    recipe = result.get("start")
     write_text(out / "candidates.csv", search.candidates_csv(journal, recipe.tokens_per_sec if recipe else None))
     write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
     write_json(args.summary, search.summary(result, journal, limits))
     for goal in search.GOALS:
         answer = result.get(goal) or {}
-        print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_recipe']:.3f}x {p.search.start}, "
+        print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "
                                      f"{answer['peak_mem_mb']:.0f} MiB)" if answer.get("name")
                                      else answer.get("message", result.get("message", ""))))
     print(f"search: {journal.measured()} runs in {journal.spent_s():.0f} s; found variants in {out / 'found.yaml'}")

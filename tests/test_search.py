@@ -1,16 +1,21 @@
 """The search (benchlab/search.py) driven by a fake timing backend: what it tries, what it picks, how it resumes."""
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchlab import search
 from benchlab.knobs import RunSettings
 from benchlab.knobs import check_combination, unsupported_reason
 from benchlab.search import Candidate, Journal, Limits, Run, Search
 from benchlab.skips import DeviceFacts
+from tests.conftest import ROOT
 
 RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
 CONTEXT = {"model": "gpt2_124m", "batch": 16, "device": "fake"}
@@ -53,7 +58,7 @@ def run_search(tmp_path: Path, calls: list[str], rules: search.Rules = no_fp8_on
 
 def test_singles_change_one_searched_knob_each_and_never_repeat_the_recipe() -> None:
     names = [c.name for c in search.singles(RECIPE)]
-    assert len(names) == len(set(names)) and "recipe" not in names
+    assert len(names) == len(set(names)) and "start" not in names
     assert "loss=onepass" in names and "precision=fp32" in names and "compile=false" in names
     assert "precision=bf16" not in names  # the recipe's own value
     assert not any(n.startswith(("nproc=", "parallel=", "batch_size=", "ddp_")) for n in names)
@@ -64,7 +69,7 @@ def test_candidate_names_follow_the_knob_table_and_a_change_replaces_its_knob() 
     cand = Candidate().plus(("loss", "onepass")).plus(("precision", "fp32")).plus(("loss", "chunked"))
     assert cand.name == "precision=fp32+loss=chunked"
     assert cand.settings(RECIPE) == replace(RECIPE, precision="fp32", loss="chunked")
-    assert Candidate().name == "recipe" and Candidate((("compile", False),)).name == "compile=false"
+    assert Candidate().name == "start" and Candidate((("compile", False),)).name == "compile=false"
 
 
 def test_the_fake_machine_s_best_is_found(tmp_path: Path) -> None:
@@ -73,7 +78,7 @@ def test_the_fake_machine_s_best_is_found(tmp_path: Path) -> None:
     assert result["status"] == "ok"
     # every change faster than the recipe, except fp8 (refused here) and the worse of two values of one knob
     assert result["fastest"]["name"] == "loss=onepass+compile_mode=reduce-overhead"
-    assert result["fastest"]["ratio_to_recipe"] == pytest.approx(1.06 * 1.04)
+    assert result["fastest"]["ratio_to_start"] == pytest.approx(1.06 * 1.04)
     # least memory at 85% of the recipe's speed or more: full checkpointing (0.8x) is too slow
     assert result["lean"]["name"] == "activation_checkpointing=selective+loss=chunked"
     assert result["lean"]["peak_mem_mb"] == pytest.approx(10_000 - 3000 - 2000)
@@ -114,10 +119,10 @@ def test_the_budget_stops_screening_and_the_record_says_what_ran(tmp_path: Path)
     run_search(tmp_path, calls, budget_s=30 * 5, repeats=0)  # five 30-second runs
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
     screened = [r for r in journal.runs.values() if r.phase == "singles" and r.status == "ok"]
-    assert len(screened) == 5 and calls[0] == "recipe"
+    assert len(screened) == 5 and calls[0] == "start"
     csv = search.candidates_csv(journal, 100_000.0).splitlines()
     assert csv[0] == ",".join(search.CSV_COLUMNS)
-    assert csv[1].startswith("recipe,singles,ok,1e+05,1,1e+04,30,")
+    assert csv[1].startswith("start,singles,ok,1e+05,1,1e+04,30,")
     refused = [line for line in csv if ",refused," in line]
     assert refused and all("fp8 needs compute capability 8.9" in line for line in refused)
 
@@ -125,7 +130,7 @@ def test_the_budget_stops_screening_and_the_record_says_what_ran(tmp_path: Path)
 def test_max_candidates_counts_runs_not_refusals(tmp_path: Path) -> None:
     calls: list[str] = []
     run_search(tmp_path, calls, max_candidates=3, repeats=0)
-    assert calls == ["recipe", "precision=fp32", "precision=tf32"]
+    assert calls == ["start", "precision=fp32", "precision=tf32"]
 
 
 def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> None:
@@ -202,8 +207,40 @@ def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
     out = search.summary(result, journal, limits())
     assert out["fastest"] == "loss=onepass+compile_mode=reduce-overhead"
-    assert out["fastest_ratio_to_recipe"] == pytest.approx(1.06 * 1.04) and out["start_tokens_per_sec"] == 100_000
+    assert out["fastest_ratio_to_start"] == pytest.approx(1.06 * 1.04) and out["start_tokens_per_sec"] == 100_000
     assert out["runs"] == journal.measured() and out["spent_s"] == 30.0 * out["runs"]
     assert all(not isinstance(v, (dict, list)) for v in out.values())
     failed = search.summary({"status": "failed", "message": "the recipe itself did not run"}, journal, limits())
     assert failed["lean"] == "none: the recipe itself did not run" and failed["lean_tokens_per_sec"] is None
+
+
+@pytest.mark.slow
+def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
+    """The real stage on a CPU: fresh-process screening runs, parity of the winners, outputs, and a rerun that
+    repeats nothing."""
+    data = yaml.safe_load((workdir / "params.yaml").read_text())
+    data["parity"].update(steps=8, tail_steps=2, tolerance=5.0)
+    data["search"] = {"start": "fp32_baseline", "budget_s": 600, "max_candidates": 3, "confirm": 1, "repeats": 1,
+                      "lean_floor": 0.5}
+    (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = lambda *args, stage="": subprocess.run([sys.executable, "-m", *args], cwd=workdir, capture_output=True,  # noqa: E731
+                                                 text=True, env={**env, "DVC_STAGE": stage})
+    assert run("stages.prepare", "prep", stage="prepare").returncode == 0
+    early = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
+    assert early.returncode != 0 and "rec/reference-seeds.json is missing or unreadable" in early.stderr
+    assert run("stages.parity", "prep", "rec", "curves", stage="parity_reference").returncode == 0
+    first = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
+    assert first.returncode == 0, first.stderr
+    # the start, then the first singles in the knob table's order; fp16 and bf16 weights are refused on a CPU
+    assert [line.split(": ")[-1] for line in first.stdout.splitlines() if line.startswith("search: singles #")] == \
+        ["start", "precision=tf32", "precision=bf16"]
+    rows = (workdir / "out/candidates.csv").read_text().splitlines()
+    assert rows[0] == ",".join(search.CSV_COLUMNS) and any(r.startswith("precision=fp16,singles,refused,") for r in rows)
+    summary = json.loads((workdir / "search.json").read_text())
+    assert summary["runs"] == 3 and summary["start_tokens_per_sec"] > 0 and summary["fastest_tokens_per_sec"] > 0
+    found = yaml.safe_load((workdir / "out/found.yaml").read_text())["variants"]
+    assert set(found) == {"fastest_tiny", "lean_tiny"}
+    again = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
+    assert again.returncode == 0 and "#" not in again.stdout and "parity of" not in again.stdout, again.stdout
+    assert json.loads((workdir / "search.json").read_text()) == summary
