@@ -1,52 +1,11 @@
-"""The errors a user can fix, and the one place that turns them and stops into an exit code."""
+"""The errors a user can fix, and the machine running out of something; `benchlab.entry.run_main` turns both
+into one line and an exit code."""
 
 import errno
-import os
-import sys
-from collections.abc import Callable
-
-from benchlab import io, lifeline
 
 
 class LabError(Exception):
     """A problem with the user's params, data or files; the message says how to fix it."""
-
-
-def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Run a stage's main; a LabError, a stop or an exhausted machine prints one line, removes what the stage
-    wrote and exits non-zero.
-
-    Exit codes: 2 for a LabError or an exhausted resource, 130 for Ctrl-C, 143 for SIGTERM or a dead parent.
-    """
-    io.forget_outputs()
-    try:
-        lifeline.start()
-        main(argv)
-        lifeline.finish()
-    except LabError as err:
-        io.discard_outputs()
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except (KeyboardInterrupt, lifeline.Stopped) as err:
-        io.discard_outputs()
-        at = f" at {lifeline.where()}" if lifeline.where() else " before its first step"
-        why = "by the user" if isinstance(err, KeyboardInterrupt) or str(err) == "terminated" else f"because {err}"
-        print(f"stopped {why}{at}; nothing recorded", file=sys.stderr)
-        code = 130 if isinstance(err, KeyboardInterrupt) else 143
-        if lifeline.signalled():
-            # Stopped from outside: end now. The interpreter's teardown (torch's and the thread pools' exit
-            # hooks) took up to 3 s on a busy 2-core CPU, and a signal landing in it printed a traceback.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        sys.exit(code)
-    except BaseException as err:
-        io.discard_outputs()
-        why = exhausted(err)
-        if why is None:
-            raise
-        print(f"error: {why}; nothing recorded", file=sys.stderr)
-        sys.exit(2)
 
 
 # What each exhausted resource is called, and how to give the stage more of it.

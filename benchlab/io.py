@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlab import lifeline
+from benchlab.errors import LabError
 
 # The outputs of the stage running in this process, registered by `remove_outputs`; a failed or stopped
 # stage removes a folder among them if nothing is left in it.
@@ -57,8 +58,6 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 def disk_full(path: str | Path, err: BaseException) -> Exception:
     """The LabError for a write of `path` that the disk or a limit stopped."""
-    from benchlab.errors import LabError  # benchlab.errors imports this module
-
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
     why = FULL.get(getattr(err, "errno", None), f"the write stopped short ({first}): the disk is full or a file-size "
                                                 "limit (ulimit -f) was reached")
@@ -80,8 +79,6 @@ def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            from benchlab.errors import LabError  # benchlab.errors imports this module
-
             other = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
             raise LabError(f"{path} is being written by {other}; wait for it to finish, then rerun") from None
         os.ftruncate(fd, 0)

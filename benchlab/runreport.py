@@ -21,7 +21,8 @@ import yaml
 
 from benchlab import presets
 from benchlab.config import AggregateParams
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.io import write_text
 from benchlab.knobs import from_old_knobs
 from benchlab.plots import grouped, make_plots, memory_key, memory_of

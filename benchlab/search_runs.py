@@ -19,7 +19,7 @@ from benchlab import devlock, launch, parity, search
 from benchlab.build import model_shape
 from benchlab.config import Params
 from benchlab.data import TokenData, load_tokens
-from benchlab.env import environment
+from benchlab.env import environment, source_sha256
 from benchlab.errors import LabError
 from benchlab.knobs import RunSettings
 from benchlab.optimize import device_facts, resolve_device
@@ -59,13 +59,14 @@ def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path) -> N
 
 
 def context(p: Params, device: torch.device) -> dict[str, Any]:
-    """What a journal's runs are only valid for: a change to any of these starts the search afresh."""
+    """What a journal's runs are only valid for: a change to any of these (the code included) starts the search
+    afresh."""
     env = environment()
     start = start_of(p)
     return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.train.block_size,
             "bench_steps": p.bench.steps, "warmup_steps": p.bench.warmup_steps, "memory_cap_gib": p.bench.memory_cap_gib,
             "device": env.get("gpu") or env.get("cpu") or device.type, "torch": env.get("torch"), "start": asdict(start),
-            "parity": asdict(p.parity)}
+            "parity": asdict(p.parity), "source_sha256": source_sha256()}
 
 
 class Runs:

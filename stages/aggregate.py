@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from benchlab.config import load_params
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, to_csv
 from benchlab.runreport import RunFiles, write_run_report

@@ -22,7 +22,7 @@ from benchlab.build import model_shape
 from benchlab.config import load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, skipped_record, steps_csv

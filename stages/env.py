@@ -17,7 +17,7 @@ from benchlab.build import check_model
 from benchlab.config import load_params
 from benchlab.formats import check_regular
 from benchlab.env import environment
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
 

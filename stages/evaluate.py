@@ -10,7 +10,8 @@ import math
 from benchlab.checkpoint import load_checkpoint
 from benchlab.config import load_params
 from benchlab.data import load_tokens
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
 from benchlab.runner import evaluate

@@ -15,7 +15,8 @@ from benchlab import devlock, parity
 from benchlab.config import load_params, variant_from
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.io import flat, remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device
 

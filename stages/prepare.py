@@ -4,7 +4,7 @@ import argparse
 
 from benchlab.config import load_params
 from benchlab.corpus import prepare
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from benchlab.io import remove_outputs, sole_writer
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from benchlab import devlock, dist, launch, profiling
 from benchlab.config import Params, load_params, variant_from
 from benchlab.data import load_tokens
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.io import remove_outputs
 from benchlab.optimize import resolve_device, why_not
 

@@ -14,7 +14,7 @@ import yaml
 
 from benchlab import launch, parity, search, search_runs
 from benchlab.config import load_params
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import device_facts
 

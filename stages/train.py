@@ -9,7 +9,8 @@ from benchlab.checkpoint import save_checkpoint
 from benchlab.config import load_params
 from benchlab.data import load_tokens
 from benchlab.env import environment, provenance
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.io import remove_outputs, write_json, write_text
 from benchlab.optimize import resolve_device, why_not
 from benchlab.results import base_record, measured_record, metric_view, steps_csv

@@ -14,7 +14,7 @@ import yaml
 from benchlab.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from benchlab.config import DataParams
 from benchlab.corpus import prepare as prepare_corpus
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from stages import aggregate, bench, env, evaluate, prepare, train
 from tests.conftest import micro_params
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchlab.checkpoint import load_checkpoint, save_checkpoint
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
 from tests.conftest import ROOT
@@ -60,7 +60,7 @@ LIMITED = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from stages import {stage}
 run_main({stage}.main, sys.argv[2:])
 """

@@ -163,7 +163,7 @@ def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
 # The prepare stage in a child process, under a limit set after its imports (so that they always fit).
 LIMITED_PREPARE = """
 import resource, signal, sys
-from benchlab.errors import run_main
+from benchlab.entry import run_main
 from stages import prepare
 kind, extra = sys.argv[1], int(sys.argv[2])
 if kind == "memory":  # extra: bytes of address space beyond what the imports took
@@ -206,7 +206,7 @@ def test_prepare_out_of_memory_leaves_no_temporary_file(workdir: Path, headroom_
 
 def test_a_memory_error_in_prepare_is_one_line(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from benchlab.errors import run_main
+    from benchlab.entry import run_main
     from stages import prepare as stage
 
     def no_memory(*args: object) -> None:
@@ -224,7 +224,7 @@ def test_a_memory_error_in_prepare_is_one_line(workdir: Path, monkeypatch: pytes
 def test_a_second_prepare_into_the_same_folder_leaves_the_first_alone(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Before, the second deleted the first's folder half way and the first died with a traceback."""
-    from benchlab.errors import run_main
+    from benchlab.entry import run_main
     from stages import prepare as stage
 
     monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(workdir))

@@ -20,7 +20,8 @@ from benchlab import dist
 from benchlab.config import RunSettings, parse_params
 from benchlab.knobs import unsupported_reason
 from benchlab.skips import DeviceFacts
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.report import scaling
 from stages import bench, env
 from tests.conftest import ROOT, micro_params

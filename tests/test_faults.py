@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from benchlab import devlock, lifeline
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.harness import Neighbours
 from benchlab.results import neighbours
 from benchlab.runner import RunRecord

@@ -14,7 +14,8 @@ import yaml
 
 from benchlab import dist, launch
 from benchlab.config import load_params, parse_params
-from benchlab.errors import LabError, run_main
+from benchlab.entry import run_main
+from benchlab.errors import LabError
 from benchlab.launch import combine_ranks, last_words, repeat_cost, repeat_in_fresh_process
 from benchlab.results import neighbours
 from benchlab.runner import RunRecord, rank_slice

@@ -114,7 +114,7 @@ class Browser:
         return json.loads(message)
 
     def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None,
-             timeout: float = 10.0) -> dict[str, Any]:
+             timeout: float = 30.0) -> dict[str, Any]:
         """Send one command and return its result; events that arrive meanwhile are kept in self.events."""
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
@@ -236,7 +236,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Page, lis
     browser = Browser(binary, tmp_path_factory.mktemp("chromium_profile"))
     out = {}
     try:
-        for name, timeout in (("offline", 8.0), ("cdn", 2.0)):
+        for name, timeout in (("offline", 30.0), ("cdn", 2.0))  # generous: a loaded 2-core CI machine:
             index = repo / name / "index.html"
             ids = vega_chart_ids(index.read_text())
             out[name] = (browser.load(index.as_uri(), ids, timeout), ids)
