@@ -236,7 +236,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Page, lis
     browser = Browser(binary, tmp_path_factory.mktemp("chromium_profile"))
     out = {}
     try:
-        for name, timeout in (("offline", 30.0), ("cdn", 2.0))  # generous: a loaded 2-core CI machine:
+        for name, timeout in (("offline", 30.0), ("cdn", 2.0)):  # generous: a loaded 2-core CI machine
             index = repo / name / "index.html"
             ids = vega_chart_ids(index.read_text())
             out[name] = (browser.load(index.as_uri(), ids, timeout), ids)
