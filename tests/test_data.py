@@ -94,3 +94,19 @@ def test_token_ids_beyond_the_vocabulary_are_caught(prepared: Path, tmp_path: Pa
     (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(LabError, match="token ids >= the vocabulary size 512"):
         load_tokens(folder)
+
+
+def test_validation_windows_span_the_split_from_its_first_token_to_its_last() -> None:
+    tokens = np.arange(50, dtype=np.uint16)
+    batches = eval_batches(tokens, batches=2, batch_size=3, block_size=8)
+    assert len(batches) == 2 and all(x.shape == (3, 8) and y.shape == (3, 8) for x, y in batches)
+    assert batches[0][0][0].tolist() == list(range(8)) and batches[0][1][0].tolist() == list(range(1, 9))
+    assert batches[-1][1][-1].tolist() == list(range(42, 50))  # the last target is the split's last token
+    assert eval_batches(np.arange(9, dtype=np.uint16), 1, 1, 8)[0][1].tolist() == [list(range(1, 9))]  # just fits
+
+
+def test_a_split_one_token_short_of_a_window_names_the_split_and_the_fix() -> None:
+    with pytest.raises(LabError) as err:
+        eval_batches(np.arange(8, dtype=np.uint16), 1, 1, 8)
+    assert str(err.value) == ("train.block_size=8 is longer than the validation split (8 tokens); lower "
+                              "train.block_size below 8 or bring a larger data.corpus")

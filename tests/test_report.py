@@ -298,3 +298,153 @@ def test_kinds_follow_the_knobs() -> None:
 def test_an_empty_matrix_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LabError, match="params.yaml names no variants"):
         load_results(tmp_path, [])
+
+
+def test_every_warning_reads_exactly_and_boundaries_are_inclusive() -> None:
+    rows = summarize([
+        result("fp32_baseline", 1000.0, 5.0, 100.0, (990, 1010)),
+        # Gap 0.125 == tolerance and spread 0.02 == repeat_tolerance: both still within.
+        result("odd", 2000.0, 5.125, None, (1900, 2100), peak_rss_mb=50.0, steady_state_ok=False,
+               steady_gap_pct=7.25, leak_suspected=True, mem_growth_mb=12.5, fp16_skipped_steps=3,
+               val_loss_repeat_spread=0.02, peak_mem_allocated_comparable=False, peak_mem_reserved_mb=150.0),
+    ], "fp32_baseline", tolerance=0.125, repeat_tolerance=0.02)
+    odd = rows[1]
+    assert odd["notes"] == ("timed halves differ by 7.2%: not steady; memory grew 12.5 MiB over the timed steps; "
+                            "CUDA graphs: allocated peak misses the graph pools; compare reserved memory; "
+                            "GradScaler skipped 3 steps")
+    assert odd["loss_ok"] == "yes" and odd["significant"] == "yes" and odd["speedup_x"] == 2.0
+    assert odd["mem_change_pct"] == pytest.approx(50.0)  # reserved 150 against the baseline's 100
+    assert odd["tokens_per_sec_pi95"] == "1,900 to 2,100" and odd["peak_rss_mb"] == 50.0
+    assert rows[0]["notes"] == "" and rows[0]["tokens_per_sec_pi95"] == "990 to 1,010"
+
+
+def test_memory_falls_back_to_rss_and_rows_without_a_figure_get_none() -> None:
+    cpu = {"peak_mem_allocated_mb": None}
+    rows = summarize([
+        result("fp32_baseline", 100.0, 5.0, None, **cpu, peak_rss_mb=200.0),
+        result("lean", 100.0, 5.0, None, **cpu, peak_rss_mb=150.0),
+        result("unknown", 100.0, 5.0, None, **cpu),
+        result("half_ci", 100.0, 5.0, 1.0, tokens_per_sec_pi95_low=1.0),
+    ], "fp32_baseline", tolerance=0.1)
+    assert rows[1]["mem_change_pct"] == pytest.approx(-25.0)
+    assert rows[2]["mem_change_pct"] is None
+    assert rows[3]["tokens_per_sec_pi95"] is None and rows[3]["significant"] is None  # one bound is no interval
+
+
+def test_a_baseline_that_did_not_run_gives_no_comparisons() -> None:
+    rows = summarize([{"variant": "fp32_baseline", "status": "oom", "message": "out of memory"},
+                      result("fast", 200.0, 5.0, 1.0)], "fp32_baseline", tolerance=0.1)
+    assert rows[1]["speedup_x"] is None and rows[1]["loss_ok"] is None and rows[1]["notes"] == ""
+    assert rows[0]["notes"] == "out of memory"
+    missing = summarize([result("fast", 200.0, 5.0, 1.0)], "fp32_baseline", tolerance=0.1)
+    assert missing[0]["speedup_x"] is None
+
+
+def test_interference_note_leaves_out_an_idle_cpu() -> None:
+    rows = summarize([result("fp32_baseline", 1.0, 5.0, 1.0),
+                      result("gpu_only", 1.0, 5.0, 1.0, interference_suspected=True, other_gpu_processes=[7],
+                             cpu_busy_others_pct_max=0.0)], "fp32_baseline", 0.1)
+    assert rows[1]["notes"] == "machine shared while timed: other GPU processes [7]"
+    rows = summarize([result("fp32_baseline", 1.0, 5.0, 1.0),
+                      result("cpu_only", 1.0, 5.0, 1.0, interference_suspected=True, cpu_busy_others_pct_max=0.5)],
+                     "fp32_baseline", 0.1)
+    assert rows[1]["notes"] == "machine shared while timed: others kept 0% of the CPU busy"
+
+
+def _scaling_rows() -> list[dict]:
+    return [
+        # A failed one-process row with the same knobs must never be the reference.
+        {**result("one_failed", 1.0, 9.0, 1.0), "status": "error"},
+        result("fp32_baseline", 100.0, 5.0, 1.0, batch_size=16),
+        result("one_b32", 150.0, 4.75, 1.0, batch_size=32),
+        result("ddp_2", 180.0, 5.0, 1.0, batch_size=32, world_size=2, parallel="ddp", nproc=2, ddp_bucket_mb=50),
+        result("fsdp_2_global", 120.0, 4.5, 1.0, batch_size=16, world_size=2, parallel="fsdp2", nproc=2),
+        result("bf16_ddp_2", 400.0, 5.0, 1.0, batch_size=32, world_size=2, parallel="ddp", nproc=2,
+               precision="bf16"),
+        {**result("ddp_failed", 1.0, 5.0, 1.0, batch_size=32, world_size=2), "status": "error"},
+    ]
+
+
+def test_scaling_takes_the_same_per_rank_batch_first_and_the_loss_gap_at_the_same_global_batch() -> None:
+    rows = {r["variant"]: r for r in summarize(_scaling_rows(), "fp32_baseline", tolerance=1.0)}
+    ddp = rows["ddp_2"]
+    assert ddp["scaling_efficiency_pct"] == pytest.approx(90.0)  # 180 / (2 x 100)
+    assert ddp["scaling_ref"] == "fp32_baseline (same per-rank batch)"
+    assert ddp["val_loss_gap_1proc"] == pytest.approx(0.25)  # against one_b32, which saw the same data
+    glob = rows["fsdp_2_global"]
+    assert glob["scaling_efficiency_pct"] == pytest.approx(60.0)  # 120 / (2 x 100)
+    assert glob["scaling_ref"] == "fp32_baseline (same global batch)"
+    assert glob["val_loss_gap_1proc"] == pytest.approx(-0.5)
+    none = {"scaling_efficiency_pct": None, "scaling_ref": None, "val_loss_gap_1proc": None}
+    for name in ("bf16_ddp_2", "ddp_failed", "fp32_baseline", "one_b32", "one_failed"):  # no counterpart / one process
+        assert {k: rows[name][k] for k in none} == none, name
+
+
+def test_markdown_and_csv_read_exactly() -> None:
+    rows = summarize([result("fp32_baseline", 1000.0, 5.0, 100.0), result("fast", 2000.0, 5.0, 50.5)],
+                     "fp32_baseline", tolerance=0.1)
+    for row in rows:  # keep the table narrow: the columns under test only
+        for key in ("val_perplexity", "significant", "tokens_per_sec_pi95", "loss_ok"):
+            row.pop(key)
+    rows[1]["notes"] = ""
+    table = markdown(rows, {"env.gpu": "NVIDIA H200", "env.driver": None, "env.cuda": "13.0"})
+    assert table == (
+        "Measured on gpu: NVIDIA H200, cuda: 13.0.\n\n"
+        "| variant       | status   |   tokens/s |   speedup |   peak alloc MiB |   memory vs base % |   val loss |\n"
+        "|---------------|----------|------------|-----------|------------------|--------------------|------------|\n"
+        "| fp32_baseline | ok       |      1,000 |         1 |              100 |                0   |          5 |\n"
+        "| fast          | ok       |      2,000 |         2 |               50 |              -49.5 |          5 |\n"
+    )
+    header, base, fast = to_csv(rows).split("\n")[:3]
+    assert header.split(",")[:3] == ["variant", "status", "tokens_per_sec"] and len(header.split(",")) == 33
+    assert base == "fp32_baseline,ok,1000.0,,,,,,,1.0,,,,,,,100.0,,,0.0,,,,5.0,,,,,,,,,fp32_baseline"
+    assert fast.startswith("fast,ok,2000.0,") and "\r" not in to_csv(rows)
+    assert to_csv([{**rows[0], "not_a_column": 1}]).count("\n") == 2  # extra keys are left out, not an error
+
+
+def test_refusals_name_every_difference(tmp_path: Path) -> None:
+    a = result("fp32_baseline", 1, 1, 1)
+    b = result("fast", 2, 1, 1, **{"env.gpu": "A100", "env.cuda": "12.4"})
+    with pytest.raises(LabError) as err:
+        check_one_env([a, b, result("x", 1, 1, 1)], allow_mixed=False)
+    assert str(err.value) == (
+        "fast was measured in another environment than fp32_baseline "
+        "({'env.gpu': ('NVIDIA H200', 'A100'), 'env.cuda': ('13.0', '12.4')}); "
+        "rerun the matrix on one machine, or set aggregate.allow_mixed_env=true to compare anyway")
+    src = "provenance.source_sha256"
+    rows = [result("a", 1, 1, 1, **{src: "0123456789abcdef"}), result("b", 1, 1, 1, **{src: "0123456789abcdef"}),
+            result("c", 1, 1, 1, **{src: "fedcba9876543210"})]
+    with pytest.raises(LabError) as err:
+        check_one_source(rows, allow_mixed=False)
+    text = str(err.value)
+    assert "0123456789ab: a, b" in text and "fedcba987654: c" in text and "0123456789abc" not in text
+    assert text.endswith("(`dvc repro -f` the stale ones), or set aggregate.allow_mixed_source=true to compare anyway")
+    dirty = [result(n, 1, 1, 1, **{src: "s", "provenance.tree_clean": clean}) for n, clean in (("a", False),
+                                                                                                  ("b", True))]
+    check_one_source(dirty, allow_mixed=False)  # one code, uncommitted: flagged, not refused
+    assert uncommitted(dirty) == ["a"]
+    with pytest.raises(LabError) as err:
+        load_results(tmp_path, ["gone"])
+    assert str(err.value) == f"{tmp_path / 'gone.json'} is missing; run `dvc repro bench@gone`"
+
+
+def test_rows_without_optional_keys_read_as_no_warning_and_no_note() -> None:
+    old = result("old_record", 100.0, 5.0, 1.0)
+    del old["steady_state_ok"]  # records from before the steady-state check
+    rows = summarize([result("fp32_baseline", 100.0, 5.0, 1.0), old, {"variant": "bare", "status": "skipped"}],
+                     "fp32_baseline", 0.1)
+    assert rows[1]["notes"] == "" and rows[2]["notes"] == ""
+    table = markdown(rows, {})
+    assert table.splitlines()[-1].startswith("| bare ") and "| –" in table  # a figure not measured is a dash
+    both_bf16 = [result("one", 100.0, 5.0, 1.0, precision="bf16"),
+                 result("ddp", 150.0, 5.0, 1.0, precision="bf16", world_size=2, parallel="ddp", nproc=2)]
+    assert summarize(both_bf16, "one", 0.1)[1]["scaling_ref"] == "one (same global batch)"
+
+
+def test_source_groups_are_listed_with_commas() -> None:
+    src = "provenance.source_sha256"
+    rows = [result("a", 1, 1, 1, **{src: "0123456789abcdef"}), result("c", 1, 1, 1, **{src: "fedcba9876543210"})]
+    with pytest.raises(LabError) as err:
+        check_one_source(rows, allow_mixed=False)
+    assert str(err.value).split(" (")[1].split(")")[0] in ("0123456789ab: a, fedcba987654: c",
+                                                           "fedcba987654: c, 0123456789ab: a")
