@@ -21,6 +21,8 @@ the journal as it ends: a search that is stopped and started again repeats nothi
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import statistics
 import typing
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchlab.errors import LabError
-from benchlab.knobs import RunSettings, check_combination, unsupported_reason
+from benchlab.knobs import KNOBS, RunSettings, check_combination, unsupported_reason
 from benchlab.skips import DeviceFacts
 
 # Knobs the search leaves alone: the batch and the process layout are the question's inputs, not answers.
@@ -55,7 +57,7 @@ class Candidate:
     def plus(self, change: Change) -> Candidate:
         """This candidate with one more change (replacing its own value of that knob)."""
         kept = dict(self.changes) | {change[0]: change[1]}
-        return Candidate(tuple((k, kept[k]) for k in _KNOB_ORDER if k in kept))
+        return Candidate(tuple((k, kept[k]) for k in KNOBS if k in kept))
 
     def settings(self, recipe: RunSettings) -> RunSettings:
         return replace(recipe, **dict(self.changes))
@@ -94,8 +96,6 @@ def _word(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-_KNOB_ORDER = tuple(f.name for f in fields(RunSettings))
-
 
 def choices(knob: str) -> tuple[Any, ...]:
     """Every value the knob table allows for a knob with a closed set of choices: a Literal's, or a bool's."""
@@ -108,7 +108,7 @@ def choices(knob: str) -> tuple[Any, ...]:
 def singles(recipe: RunSettings) -> list[Candidate]:
     """Every one-knob change of the recipe over the searched knobs, in the knob table's order."""
     out = []
-    for knob in _KNOB_ORDER:
+    for knob in KNOBS:
         if knob not in NOT_SEARCHED:
             out += [Candidate(((knob, v),)) for v in choices(knob) if v != getattr(recipe, knob)]
     return out
@@ -291,23 +291,16 @@ CSV_COLUMNS = ("name", "phase", "status", "tokens_per_sec", "ratio_to_start", "p
 
 def candidates_csv(journal: Journal, recipe_tokens_per_sec: float | None) -> str:
     """Every run the search made or refused, in the order it made them: what was tried, and why it was dropped."""
-    lines = [",".join(CSV_COLUMNS)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
     for run in journal.runs.values():
         ratio = (run.tokens_per_sec / recipe_tokens_per_sec
                  if run.tokens_per_sec is not None and recipe_tokens_per_sec else None)
         cells = [run.name, run.phase, run.status, run.tokens_per_sec, ratio, run.peak_mem_mb, run.wall_s, run.passed,
                  run.message]
-        lines.append(",".join(_cell(c) for c in cells))
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value)
-    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
+        writer.writerow(["" if c is None else f"{c:.4g}" if isinstance(c, float) else c for c in cells])
+    return out.getvalue()
 
 
 def summary(result: dict[str, Any], journal: Journal, limits: Limits) -> dict[str, Any]:

@@ -476,3 +476,29 @@ def test_each_section_check_names_the_key_the_value_and_the_valid_ones(override:
 @pytest.mark.parametrize("override", GOOD_PARAMS)
 def test_each_section_check_accepts_its_boundary(override: dict) -> None:
     parse_params(micro_params(**override))
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("budget_s", 0, "search.budget_s=0.0 is not valid; expected a positive number of seconds"),
+    ("max_candidates", 0, "search.max_candidates=0 is not valid; expected 1 or more"),
+    ("confirm", 0, "search.confirm=0 is not valid; expected 1 or more"),
+    ("repeats", -1, "search.repeats=-1 is not valid; expected 0 or more"),
+    ("lean_floor", 1.5, "search.lean_floor=1.5 is not valid; expected a fraction in (0, 1]"),
+    ("budget", 60, "search.budget"),
+])
+def test_bad_search_params_get_one_line_errors(key: str, value: object, words: str) -> None:
+    data = micro_params()
+    data["search"] = {**data["search"], key: value}
+    with pytest.raises(LabError) as err:
+        parse_params(data)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_search_start_that_is_not_a_variant_names_the_valid_ones() -> None:
+    from benchlab.search_runs import start_of
+
+    data = micro_params()
+    data["search"]["start"] = "nope"
+    p = parse_params(data)
+    with pytest.raises(LabError, match=r"^search.start='nope' is not a variant in params.yaml; valid: fp32_baseline, "):
+        start_of(p)
