@@ -1,5 +1,6 @@
 """Shared fixtures: a small prepared corpus and micro params, all on CPU."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,13 @@ from benchlab.data import load_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus" / "python_docs.txt"
+
+# Under mutmut's coverage pass ("stats"), a child process (a stage, a repeat) that inherits MUTANT_UNDER_TEST
+# tries to record its calls, finds no mutmut configuration in its scratch folder and fails. Recording needs
+# only this process's own copy of the setting, which mutmut keeps too, so the children run the code unmutated.
+# For a mutant's own run the variable stays: the children then run the mutant as well.
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    del os.environ["MUTANT_UNDER_TEST"]
 
 
 def copy_sources(repo: Path, names: list[str]) -> None:
