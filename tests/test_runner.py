@@ -1,0 +1,150 @@
+"""benchlab/runner.py's loop, event by event: where the timed window opens and what is measured inside it, the
+params each step reads, and what one run's record says. The learning itself is tests/test_train.py's."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from benchlab import harness, lifeline, power, runner
+from benchlab.config import Params, RunSettings
+from benchlab.data import BatchStream
+from benchlab.errors import LabError
+from benchlab.runner import RunRecord, lr_at, oom_message, skipped_steps, train_once
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture()
+def events(monkeypatch: pytest.MonkeyPatch) -> list:
+    """What the loop does, in order: each step's training, the window's opening, the memory readings."""
+    log: list = []
+    real_step = runner.train_step
+    monkeypatch.setattr(runner, "train_step", lambda run, x, y, clip, micro: (log.append(("step", x.shape[0], clip,
+                                                                                           micro)),
+                                                                             real_step(run, x, y, clip, micro))[1])
+    monkeypatch.setattr(harness, "reset_peaks", lambda device: log.append("reset peaks"))
+    readings = iter([10.0, 11.0, 17.5, 12.0])
+    monkeypatch.setattr(harness, "current_mb", lambda device: log.append("memory") or next(readings))
+    real_start = harness.Neighbours.start
+    monkeypatch.setattr(harness.Neighbours, "start", lambda self: (log.append("neighbours"), real_start(self))[1])
+    real_meter = power.EnergyMeter.start
+    monkeypatch.setattr(power.EnergyMeter, "start", lambda self: (log.append("meter"), real_meter(self))[1])
+    monkeypatch.setattr(lifeline, "at", lambda where: log.append(where))
+    return log
+
+
+class Ticks:
+    """runner's clock alone (not the step clock's): one second per reading."""
+
+    def __init__(self) -> None:
+        self.perf_counter = iter(range(1000)).__next__
+
+
+def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, tokens, events: list) -> None:
+    p = replace(params, train=replace(params.train, grad_clip=0.7, batch_size=4))
+    hooks: list = []
+    rec = train_once(p, RunSettings(grad_accum=2), tokens, CPU, steps=5, warmup=2, on_step=lambda: hooks.append(1))
+    step = ("step", 4, 0.7, 2)
+    assert [e for e in events if e != "memory"] == [
+        "step 0 of 5", step, "step 1 of 5", step,
+        "step 2 of 5", "reset peaks", "neighbours", "meter", step, "step 3 of 5", step, "step 4 of 5", step]
+    assert events.count("memory") == 3 and events[events.index("meter") + 2] == "memory"  # after each timed step
+    assert rec.mem_growth_mb == 7.5  # the last timed step's reading less the first's
+    assert len(hooks) == 5 and len(rec.step_ms) == 5 and rec.first_step_ms == rec.step_ms[0]
+    assert rec.lrs == [lr_at(s, 5, p) for s in range(5)]
+    assert rec.warmup_steps == 2 and rec.status == "ok" and rec.val_loss is not None
+
+
+def test_the_clock_ticks_bound_each_part_of_a_run(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "time", Ticks())
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=4, warmup=1)
+    # perf_counter ticks once per reading: build began, model built, knobs applied, loop began, window opened
+    # (step 1), window closed, evaluation began and ended. Each span is a difference of two ticks.
+    assert (rec.init_s, rec.apply_s, rec.setup_s) == (1, 1, 2)
+    assert rec.warmup_s == 1 and rec.window_wall_ms == 1000.0 and rec.eval_s == 1
+
+
+def test_a_run_draws_its_batches_in_the_order_of_its_data_seed(params: Params, tokens,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    seeds = []
+    real = BatchStream.__init__
+
+    def spy(self, data, batch, block, seed):
+        seeds.append((batch, block, seed))
+        real(self, data, batch, block, seed)
+
+    monkeypatch.setattr(BatchStream, "__init__", spy)
+    p = replace(params, seed=5)
+    train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1, data_seed=9)
+    train_once(p, RunSettings(batch_size=8), tokens, CPU, steps=3, warmup=1)
+    assert seeds == [(4, 32, 5), (4, 32, 9), (8, 32, 5)]
+
+
+def test_a_run_caps_memory_by_bench_or_by_its_caller(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    caps = []
+    monkeypatch.setattr(harness, "cap_memory", lambda device, cap: caps.append(cap))
+    p = replace(params, bench=replace(params.bench, memory_cap_gib=3.5))
+    train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1, memory_cap_gib=0.0)
+    assert caps == [3.5, 0.0]
+
+
+def test_a_batch_that_does_not_split_is_refused_before_building(params: Params, tokens) -> None:
+    with pytest.raises(LabError) as err:
+        train_once(params, RunSettings(grad_accum=3), tokens, CPU, steps=3, warmup=1)
+    assert str(err.value) == ("batch_size=4 does not split over 1 ranks x grad_accum=3; pick a global batch that is "
+                              "a multiple of 3")
+
+
+def test_the_trained_model_is_kept_only_when_asked(params: Params, tokens) -> None:
+    kept = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_model=True)
+    assert kept.run is not None and isinstance(kept.run.model, torch.nn.Module)
+    assert train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1).run is None
+    assert "run" not in json.loads(kept.to_json())  # never serialized
+    assert RunRecord.from_json(kept.to_json()).losses == kept.losses
+
+
+def test_a_library_error_is_the_variant_s_result_only_where_the_matrix_goes_on(
+        params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("triton: no kernel for this shape\nsecond line")
+
+    monkeypatch.setattr(runner, "train_step", broken)
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_going=True)
+    assert (rec.status, rec.message) == ("error", "RuntimeError: triton: no kernel for this shape")
+    with pytest.raises(RuntimeError):
+        train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
+
+    def stopped(*args: object) -> None:
+        raise lifeline.Stopped("terminated")
+
+    monkeypatch.setattr(runner, "train_step", stopped)
+    with pytest.raises(lifeline.Stopped):
+        train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_going=True)
+
+
+def test_a_run_whose_weights_end_broken_is_diverged(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: float("nan"))
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    assert (rec.status, rec.diverged_step, rec.val_loss) == ("diverged", 3, None)
+    assert rec.message == "loss became nan at step 3"
+
+
+def test_an_out_of_memory_message_names_the_batch_the_cap_and_the_memory() -> None:
+    err = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+    memory = {"peak_mem_allocated_mb": 20480.4, "peak_mem_reserved_mb": 22000.0}
+    assert oom_message(16, 24.0, memory, err) == ("out of memory at batch size 16 under a 24 GiB cap (peak allocated "
+                                                  "20,480 MiB, reserved 22,000 MiB): CUDA out of memory. Tried to "
+                                                  "allocate 2.00 GiB")
+    assert oom_message(8, 0.0, {"peak_mem_allocated_mb": None}, RuntimeError("")) == "out of memory at batch size 8: "
+    assert oom_message(8, 0.0, {}, RuntimeError("x" * 300)) == "out of memory at batch size 8: " + "x" * 200
+
+
+def test_fp16_skipped_steps_are_counted_from_the_scale() -> None:
+    assert skipped_steps([]) is None
+    scales = [torch.tensor(v) for v in (65536.0, 32768.0, 32768.0, 16384.0, 32768.0)]
+    assert skipped_steps(scales) == 2
+    assert skipped_steps([torch.tensor(32768.0)]) == 1  # the first step was skipped too
