@@ -9,8 +9,9 @@ from tokenizers import Tokenizer
 
 from benchlab.config import DataParams
 from benchlab.corpus import prepare
-from benchlab.data import BatchStream, eval_batches, load_tokens
+from benchlab.data import RERUN, BatchStream, eval_batches, load_tokens
 from benchlab.errors import LabError
+from benchlab.io import file_sha256
 
 
 def test_tokenizer_round_trips_any_text(prepared: Path) -> None:
@@ -88,8 +89,6 @@ def test_token_ids_beyond_the_vocabulary_are_caught(prepared: Path, tmp_path: Pa
     arr = np.fromfile(folder / "val.bin", dtype=np.uint16)
     arr[0] = 60000
     arr.tofile(folder / "val.bin")
-    from benchlab.io import file_sha256
-
     meta["val_sha256"] = file_sha256(folder / "val.bin")
     (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(LabError, match="token ids >= the vocabulary size 512"):
@@ -110,3 +109,84 @@ def test_a_split_one_token_short_of_a_window_names_the_split_and_the_fix() -> No
         eval_batches(np.arange(8, dtype=np.uint16), 1, 1, 8)
     assert str(err.value) == ("train.block_size=8 is longer than the validation split (8 tokens); lower "
                               "train.block_size below 8 or bring a larger data.corpus")
+
+
+def _prepared_by_hand(folder: Path, train: np.ndarray, val: np.ndarray, vocab: int, **meta_changes: object) -> Path:
+    """A prepared folder written directly: token files and the meta prepare would write for them."""
+    folder.mkdir(exist_ok=True)
+    train.tofile(folder / "train.bin")
+    val.tofile(folder / "val.bin")
+    meta = {"tokenizer_vocab_size": vocab, "dtype": train.dtype.name, "train_tokens": len(train),
+            "val_tokens": len(val), "train_sha256": file_sha256(folder / "train.bin"),
+            "val_sha256": file_sha256(folder / "val.bin"), **meta_changes}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_a_prepared_folder_loads_at_the_edges_of_its_vocabulary(tmp_path: Path) -> None:
+    ids = np.array([0, 1, 65535, 7], dtype=np.uint16)  # the largest id a 65,536-token vocabulary has
+    data = load_tokens(_prepared_by_hand(tmp_path / "a", ids, ids[:2], 65536))
+    assert data.train.tolist() == ids.tolist() and data.val.tolist() == [0, 1] and data.vocab_size == 65536
+    wide = np.array([70_000, 3], dtype=np.uint32)
+    assert load_tokens(_prepared_by_hand(tmp_path / "b", wide, wide, 70_001)).train.dtype == np.uint32
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no train.bin", "{f}/train.bin is missing; {rerun}"),
+    ("odd bytes", "{f}/train.bin has 7 bytes, not a whole number of uint16 tokens (2 bytes each): truncated or "
+                  "replaced; {rerun}"),
+    ("count as text", "{f}/meta.json gives train_tokens='3', not a count of tokens; {rerun}"),
+    ("count as bool", "{f}/meta.json gives val_tokens=True, not a count of tokens; {rerun}"),
+    ("negative count", "{f}/meta.json gives train_tokens=-1, not a count of tokens; {rerun}"),
+    ("short of meta", "{f}/train.bin has 6 bytes but meta.json says 8: truncated or replaced; {rerun}"),
+    ("empty", "{f}/val.bin holds no tokens: the corpus was too small or the file was emptied; {rerun} from a "
+              "larger data.corpus"),
+    ("edited", "{f}/train.bin does not match the sha256 in meta.json: corrupted or edited; {rerun}"),
+    ("id past vocabulary", "{f}/train.bin holds token ids >= the vocabulary size 9; {rerun}"),
+    ("no meta", "{f}/meta.json is missing; {rerun}"),
+    ("meta without a key", "{f}/meta.json is not a valid meta file ('val_sha256'); {rerun}"),
+    ("dtype too narrow", "{f}/meta.json says dtype uint16 but a vocabulary of 70000 is stored as uint32; {rerun}"),
+])
+def test_each_damaged_prepared_file_gets_its_own_message(tmp_path: Path, case: str, message: str) -> None:
+    ids = np.array([1, 2, 3], dtype=np.uint16)
+    f = _prepared_by_hand(tmp_path / "p", ids, ids, 10)
+    meta = json.loads((f / "meta.json").read_text())
+    if case == "no train.bin":
+        (f / "train.bin").unlink()
+    elif case == "odd bytes":
+        (f / "train.bin").write_bytes(b"\x01" * 7)
+    elif case == "count as text":
+        meta["train_tokens"] = "3"
+    elif case == "count as bool":
+        meta["val_tokens"] = True
+    elif case == "negative count":
+        meta["train_tokens"] = -1
+    elif case == "short of meta":
+        meta["train_tokens"] = 4
+    elif case == "empty":
+        f = _prepared_by_hand(tmp_path / "e", ids, ids[:0], 10)
+    elif case == "edited":
+        (f / "train.bin").write_bytes(np.array([3, 2, 1], dtype=np.uint16).tobytes())
+    elif case == "id past vocabulary":
+        f = _prepared_by_hand(tmp_path / "v", np.array([1, 9], dtype=np.uint16), ids, 9)
+    elif case == "no meta":
+        (f / "meta.json").unlink()
+    elif case == "meta without a key":
+        del meta["val_sha256"]
+    elif case == "dtype too narrow":
+        meta["tokenizer_vocab_size"] = 70_000
+    if case in ("count as text", "count as bool", "negative count", "short of meta", "meta without a key",
+                "dtype too narrow"):
+        (f / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(LabError) as err:
+        load_tokens(f)
+    assert str(err.value) == message.format(f=f, rerun=RERUN)
+
+
+def test_training_windows_reach_the_split_s_last_token_and_no_further() -> None:
+    tokens = np.arange(10, dtype=np.uint16)  # windows of 8 + 1 tokens can start at 0 or 1
+    stream = BatchStream(tokens, 4, 8, seed=0)
+    firsts = {int(x[i, 0]) for x, _ in (stream.next() for _ in range(20)) for i in range(4)}
+    assert firsts == {0, 1}
+    x, y = BatchStream(tokens[:9], 2, 8, seed=3).next()  # exactly one window fits
+    assert x.tolist() == [list(range(8))] * 2 and y.tolist() == [list(range(1, 9))] * 2
