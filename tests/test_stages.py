@@ -6,6 +6,7 @@ field of a record can be checked against the harness's own functions."""
 import json
 import shutil
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,33 @@ def test_bench_takes_the_variant_from_dvc_stage(lab: dict, monkeypatch: pytest.M
     assert names == ["tf32"] and read_json("results/tf32.json")["variant"] == "tf32"
 
 
+def test_bench_in_repeat_mode_hands_one_run_to_launch(lab: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(launch, "one_repeat", lambda *args: calls.append(args))
+    monkeypatch.setattr(launch, "run_repeats", lambda *a: pytest.fail("the parent's repeats, in a repeat"))
+    bench.main(["--variant", "tf32", *BENCH_ARGS, "--record-to", "rec.json"])
+    assert calls == [(load_params(), "tf32", "prep", Path("rec.json"))]
+    assert not Path("results").exists()  # the parent stage writes the outputs
+
+
+@pytest.mark.parametrize(("stage", "texts"), [
+    (bench, ["the variant to run (default: from DVC_STAGE)", "gets <variant>.json",
+             "gets <variant>.csv, the per-step loss and time of the first repeat"]),
+    (train, ["the numbers DVC compares (tokens/s, memory, losses)",
+             "the full record: every statistic, the environment and provenance"]),
+])
+def test_each_stage_s_help_says_what_its_arguments_are(stage, texts: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # one line per argument
+    with pytest.raises(SystemExit):
+        stage.main(["--help"])
+    out = capsys.readouterr().out
+    assert stage.__doc__.splitlines()[0] in out
+    for text in texts:
+        assert f" {text}\n" in out
+    assert "--record-to" not in out  # repeat mode is the harness's, not a user's
+
+
 def test_a_failed_variant_prints_no_figures(lab: dict, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(launch, "run_repeats", lambda *a: [RunRecord(status="oom", message="out of memory at batch 4")])
@@ -169,15 +197,18 @@ def test_train_saves_the_model_and_records_what_it_measured(lab: dict, monkeypat
     assert record == as_written(expected)
     assert read_json("metrics/train.json") == as_written(metric_view(expected))
     assert Path("plots/train.csv").read_text() == steps_csv(rec)
-    saved, _ = load_checkpoint("models/model.pt", 512)
+    saved, identity = load_checkpoint("models/model.pt", 512)
+    assert identity["model"] == "tiny"
     for name, tensor in model.state_dict().items():
         assert torch.equal(saved.state_dict()[name], tensor), name
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"train: model=tiny {asdict(p.run)} on cpu, 7 steps"
+    assert out[-1] == (
         f"train: loss {record['final_train_loss']:.4f}, val {record['val_loss']:.4f}, "
         f"{record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.1f} ms median")
 
 
-@pytest.mark.parametrize(("train_steps", "warmup"), [(4, 2), (30, 3)])
+@pytest.mark.parametrize(("train_steps", "warmup"), [(3, 1), (4, 2), (30, 3)])
 def test_train_warms_up_for_bench_s_steps_but_leaves_two_to_time(lab: dict, monkeypatch: pytest.MonkeyPatch,
                                                                   train_steps: int, warmup: int) -> None:
     params = yaml.safe_load(Path("params.yaml").read_text())
@@ -212,6 +243,7 @@ def test_train_refuses_settings_the_device_cannot_run(lab: dict) -> None:
     with pytest.raises(LabError) as err:
         train.main(TRAIN_ARGS)
     assert str(err.value) == why_not(load_params().run, torch.device("cpu"))
+    assert lab["locks"] == []  # refused by the stage before the device was taken
 
 
 @pytest.mark.parametrize(("rec", "message"), [
