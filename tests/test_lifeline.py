@@ -4,11 +4,16 @@ cannot hide a broken one."""
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 from benchlab import lifeline
+
+REAL_THREAD = threading.Thread  # the arming fixture replaces threading.Thread
 
 
 @pytest.fixture()
@@ -66,6 +71,9 @@ def test_a_stop_waits_a_little_for_the_starter_to_be_seen_gone(state: dict, monk
     began = time.monotonic()
     assert lifeline._parent_gone(0.15) is False
     assert 0.15 <= time.monotonic() - began < 0.6
+    began = time.monotonic()
+    assert lifeline._parent_gone() is False
+    assert 0.2 <= time.monotonic() - began < 0.7  # the default wait
     state["orphaned"] = True  # the watcher saw it first
     began = time.monotonic()
     assert lifeline._parent_gone(5.0) is True and time.monotonic() - began < 0.5
@@ -121,3 +129,86 @@ def test_children_ask_for_the_parent_death_signal(monkeypatch: pytest.MonkeyPatc
 def test_where_a_stage_was_is_kept_for_its_stop_message(state: dict) -> None:
     lifeline.at("step 12 of 300")
     assert lifeline.where() == "step 12 of 300"
+
+
+@pytest.fixture()
+def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
+    """start() with every system call it makes recorded instead of made."""
+    calls: list = []
+    monkeypatch.setitem(state, "started", False)
+    monkeypatch.setattr(lifeline.signal, "signal", lambda sig, handler: calls.append(("signal", sig, handler)))
+    monkeypatch.setattr(lifeline, "watched", lambda: [(10, 20), (20, 41)])
+    monkeypatch.setattr(lifeline, "_comm", lambda pid: {41: "dvc"}.get(pid, ""))
+
+    class Libc:
+        def __init__(self, name: object, use_errno: bool = False) -> None:
+            calls.append(("CDLL", name, use_errno))
+
+        def prctl(self, option: int, sig: int) -> None:
+            calls.append(("prctl", option, sig))
+
+    class Thread:
+        def __init__(self, **kwargs: object) -> None:
+            calls.append(("Thread", kwargs))
+
+        def start(self) -> None:
+            calls.append("thread started")
+
+    monkeypatch.setattr(lifeline.ctypes, "CDLL", Libc)
+    monkeypatch.setattr(lifeline.threading, "Thread", Thread)
+    return calls
+
+
+def test_arming_sets_the_handlers_each_time_and_the_watchers_once(state: dict, arming: list) -> None:
+    state["signalled"] = True  # a stop in an earlier stage run of this process
+    lifeline.start()
+    assert arming == [("signal", signal.SIGTERM, lifeline._on_term), ("signal", signal.SIGINT, lifeline._on_int),
+                      ("CDLL", None, True), ("prctl", 1, signal.SIGTERM),
+                      ("Thread", {"target": lifeline._watch, "args": ([(10, 20), (20, 41)],), "daemon": True,
+                                  "name": "lifeline"}), "thread started"]
+    assert state["signalled"] is False and state["started"] is True
+    assert state["pairs"] == [(10, 20), (20, 41)] and state["parent"] == "dvc 41"
+    arming.clear()
+    lifeline.start()
+    assert arming == [("signal", signal.SIGTERM, lifeline._on_term), ("signal", signal.SIGINT, lifeline._on_int)]
+
+
+@pytest.mark.parametrize(("pairs", "parent"), [([(10, None)], "its parent"), ([(10, 77)], "pid 77")])
+def test_the_starter_is_named_as_far_as_it_is_known(state: dict, arming: list, monkeypatch: pytest.MonkeyPatch,
+                                                    pairs: list, parent: str) -> None:
+    monkeypatch.setattr(lifeline, "watched", lambda: pairs)
+    lifeline.start()
+    assert state["parent"] == parent
+
+
+def test_only_the_main_thread_arms_or_disarms(arming: list) -> None:
+    worker = REAL_THREAD(target=lambda: (lifeline.start(), lifeline.finish()))
+    worker.start()
+    worker.join()
+    assert arming == []
+    lifeline.finish()
+    assert arming == [("signal", signal.SIGTERM, signal.SIG_DFL), ("signal", signal.SIGINT, signal.SIG_DFL)]
+
+
+def test_a_check_after_the_starter_died_stops_the_stage(state: dict) -> None:
+    lifeline.check()  # not orphaned: nothing
+    state["orphaned"] = True
+    with pytest.raises(lifeline.Stopped) as stop:
+        lifeline.check()
+    assert str(stop.value) == "the process that started it (dvc 41) died"
+
+
+def test_a_process_s_parent_is_read_past_a_name_with_brackets() -> None:
+    # A command name may hold ") " and digits; the parent is the second field after the last ")".
+    code = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, b'a) 9 9 (b', 0, 0, 0); "
+            "print('named', flush=True); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "named"
+        assert lifeline._comm(child.pid) == "a) 9 9 (b"
+        assert lifeline._ppid_of(child.pid) == os.getpid()
+    finally:
+        child.kill()
+        child.wait()
+    assert lifeline._ppid_of(child.pid) is None  # gone
+    assert lifeline._ppid_of(os.getpid()) == os.getppid()
