@@ -168,13 +168,15 @@ def test_one_repeat_runs_in_the_stage_s_own_process(prepared: Path, monkeypatch:
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     calls = []
 
-    def train_variant(p, name, data, device, label, **kwargs):
+    p = parse_params(micro_params(bench__repeats=1))
+
+    def train_variant(params, name, data, device, label, **kwargs):
+        assert params is p
         calls.append((name, len(data.train), device.type, label, kwargs))
         return RunRecord(status="oom", message="out of memory at batch size 4")
 
     monkeypatch.setattr(launch, "train_variant", train_variant)
     monkeypatch.setattr(launch, "repeat_in_fresh_process", lambda *a, **k: pytest.fail("a fresh process"))
-    p = parse_params(micro_params(bench__repeats=1))
     [rec] = launch.run_repeats(p, "recipe", str(prepared), REPEAT_MODE)
     label = f"bench@recipe (variant 2 of {len(p.variants)}) repeat 1/1"
     assert calls == [("recipe", len(load_tokens(prepared).train), "cpu", label, {"keep_going": True})]
@@ -203,15 +205,32 @@ def test_a_variant_s_run_gets_bench_s_steps_and_the_progress_bar_on_rank_0(monke
     calls = []
     monkeypatch.setattr(launch, "train_once", lambda *a, **k: calls.append((a, k)) or RunRecord(status="ok"))
     p = parse_params(micro_params(bench__steps=9, bench__warmup_steps=4))
-    cpu = torch.device("cpu")
-    launch.train_variant(p, "tf32", None, cpu, "lbl")  # type: ignore[arg-type]
-    launch.train_variant(p, "tf32", None, cpu, "lbl", steps=5, keep_going=True)  # type: ignore[arg-type]
+    cpu, data, hook = torch.device("cpu"), object(), object()
+    launch.train_variant(p, "tf32", data, cpu, "lbl")  # type: ignore[arg-type]
+    launch.train_variant(p, "tf32", data, cpu, "lbl", steps=5, keep_going=True, on_step=hook)  # type: ignore[arg-type]
     monkeypatch.setenv("RANK", "1")
-    launch.train_variant(p, "tf32", None, cpu, "lbl")  # type: ignore[arg-type]
-    args = (p, p.variants["tf32"], None, cpu)
+    launch.train_variant(p, "tf32", data, cpu, "lbl")  # type: ignore[arg-type]
+    args = (p, p.variants["tf32"], data, cpu)
     assert calls == [((*args, 9, 4), {"progress": "lbl", "on_step": None, "keep_going": False}),
-                     ((*args, 5, 4), {"progress": "lbl", "on_step": None, "keep_going": True}),
+                     ((*args, 5, 4), {"progress": "lbl", "on_step": hook, "keep_going": True}),
                      ((*args, 9, 4), {"progress": None, "on_step": None, "keep_going": False})]
+
+
+def test_a_repeat_process_adds_its_start_up_to_the_run_s_setup(dist_workdir: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    p, calls = load_params(), []
+
+    def train_variant(params, name, data, device, label, **kwargs):
+        calls.append((params is p, name, len(data.train), device.type, label, kwargs))
+        return RunRecord(status="ok", setup_s=1.5)
+
+    monkeypatch.setattr(launch, "train_variant", train_variant)
+    monkeypatch.setattr(launch, "process_age_s", lambda: 100.0)
+    launch.one_repeat(p, "fp32_baseline", "prep", dist_workdir / "rec.json")
+    rec = RunRecord.from_json((dist_workdir / "rec.json").read_text())
+    assert (rec.setup_s, rec.startup_s) == (101.5, 100.0)
+    assert calls == [(True, "fp32_baseline", len(load_tokens(dist_workdir / "prep").train), "cpu",
+                      "bench@fp32_baseline", {"keep_going": True})]
 
 
 def test_a_repeat_process_without_its_age_keeps_the_run_s_own_setup(dist_workdir: Path,
@@ -276,6 +295,58 @@ def test_a_crashed_repeat_is_the_variant_s_error_and_the_matrix_goes_on(stand_in
     assert rec.message == f"the repeat's process died (exit {code}): Segmentation fault " + "x" * 281
 
 
+def test_a_stage_s_children_die_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mark = tmp_path / "armed"
+    # Runs in the child between fork and exec, as lifeline.die_with_parent does there.
+    monkeypatch.setattr(launch.lifeline, "die_with_parent", lambda: mark.touch())
+    assert launch._child([sys.executable, "-c", "pass"]).returncode == 0
+    assert mark.exists()
+
+
+def test_a_stage_on_ranks_passes_or_fails_with_its_job(stand_in: str, monkeypatch: pytest.MonkeyPatch,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    asked = []
+    monkeypatch.setattr(dist, "torchrun_argv", lambda n, args: asked.append((n, args)) or [sys.executable, "-m", *args])
+    launch.on_ranks(2, [stand_in, "write=0"])  # exit 0: nothing raised
+    assert asked == [(2, [stand_in, "write=0"])]
+    with pytest.raises(LabError) as err:
+        launch.on_ranks(3, [stand_in, "write=0", "exit=1", "say=error: rank 2 refused"])
+    assert str(err.value) == "the 3-rank torchrun job failed (exit 1): rank 2 refused"
+    assert "error: rank 2 refused" in capfd.readouterr().err
+
+
+FLUSH_PROBE = """import os, sys, time
+from benchlab import launch
+from benchlab.config import parse_params
+from benchlab.runner import RunRecord
+from tests.conftest import micro_params
+
+def repeat(args, **kwargs):
+    os.write(1, b"child\\n")  # a repeat's own output goes straight to the shared stdout
+    time.sleep(0.5)
+    return RunRecord(status="ok")
+
+launch.repeat_in_fresh_process = repeat
+p = parse_params(micro_params(bench__repeats=3))
+os.environ["BENCHLAB_DEADLINE"] = str(time.time() + 1.25)  # two repeats of 0.5 s fit, a third would not
+launch.run_repeats(p, "recipe", "d", ["x"])
+os.write(1, b"end\\n")
+"""
+
+
+def test_the_stage_s_lines_reach_a_pipe_in_order_with_its_children_s(tmp_path: Path) -> None:
+    # Under DVC stdout is a pipe, block-buffered: each line is flushed before the next child writes.
+    (tmp_path / "probe.py").write_text(FLUSH_PROBE)
+    proc = subprocess.run([sys.executable, str(tmp_path / "probe.py")], cwd=ROOT, capture_output=True, text=True,
+                          env={**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)},
+                          check=True)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6 and lines[0] == lines[2] == "child" and lines[5] == "end"
+    for line, i in ((lines[1], 1), (lines[3], 2)):
+        assert line.startswith("bench@recipe (variant 2 of ") and line.endswith(f" repeat {i}/3: ok (0.5 s)")
+    assert lines[4] == "bench@recipe: 2 of 3 repeats: another would end past BENCHLAB_DEADLINE"
+
+
 def test_a_ranked_repeat_runs_under_torchrun_and_its_failure_names_the_job(stand_in: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     asked = []
@@ -334,6 +405,8 @@ def test_ranks_combine_into_one_run() -> None:
     assert both.memory == {"peak_mem_allocated_mb": 70.0, "peak_mem_reserved_mb": None, "peak_rss_mb": 900.0}
     assert both.rank_peak_mb == [50.0, 70.0]  # allocated where measured, else the process's RSS
     assert (both.power_w, both.energy_j, both.power_note) == (220.0, 22.0, "")
+    unread = RunRecord(status="ok", power_note="NVML is not installed")
+    assert combine_ranks([a, unread]).power_note == "NVML is not installed"
     none = combine_ranks([RunRecord(status="ok"), RunRecord(status="ok", power_w=5.0, energy_j=1.0)])
     assert none.rank_peak_mb == [0.0, 0.0] and none.first_step_ms is None and none.warmup_s is None
     assert none.power_w is None and none.energy_j is None and none.power_note == "a rank's board power was not read"
