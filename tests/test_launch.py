@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -317,36 +319,34 @@ def test_a_stage_on_ranks_passes_or_fails_with_its_job(stand_in: str, monkeypatc
     assert "error: rank 2 refused" in capfd.readouterr().err
 
 
-FLUSH_PROBE = """import os, sys, time
-from benchlab import launch
-from benchlab.config import parse_params
-from benchlab.runner import RunRecord
-from tests.conftest import micro_params
+def probe_repeats(set_attr: Callable, set_env: Callable) -> None:
+    """Two repeats of 0.5 s that write to the shared stdout themselves, under a deadline a third would pass."""
+    def repeat(args: list[str], **kwargs: object) -> RunRecord:
+        os.write(1, b"child\n")
+        time.sleep(0.5)
+        return RunRecord(status="ok")
 
-def repeat(args, **kwargs):
-    os.write(1, b"child\\n")  # a repeat's own output goes straight to the shared stdout
-    time.sleep(0.5)
-    return RunRecord(status="ok")
-
-launch.repeat_in_fresh_process = repeat
-p = parse_params(micro_params(bench__repeats=3))
-os.environ["BENCHLAB_DEADLINE"] = str(time.time() + 1.25)  # two repeats of 0.5 s fit, a third would not
-launch.run_repeats(p, "recipe", "d", ["x"])
-os.write(1, b"end\\n")
-"""
+    set_attr(launch, "repeat_in_fresh_process", repeat)
+    p = parse_params(micro_params(bench__repeats=3))
+    set_env("BENCHLAB_DEADLINE", str(time.time() + 1.25))
+    launch.run_repeats(p, "recipe", "d", ["x"])
+    os.write(1, b"end\n")
 
 
-def test_the_stage_s_lines_reach_a_pipe_in_order_with_its_children_s(tmp_path: Path) -> None:
-    # Under DVC stdout is a pipe, block-buffered: each line is flushed before the next child writes.
-    (tmp_path / "probe.py").write_text(FLUSH_PROBE)
-    proc = subprocess.run([sys.executable, str(tmp_path / "probe.py")], cwd=ROOT, capture_output=True, text=True,
-                          env={**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)},
-                          check=True)
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 6 and lines[0] == lines[2] == "child" and lines[5] == "end"
-    for line, i in ((lines[1], 1), (lines[3], 2)):
+def test_the_stage_s_lines_reach_a_pipe_in_order_with_its_children_s(monkeypatch: pytest.MonkeyPatch,
+                                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    # Under DVC stdout is a pipe, block-buffered: each line must be flushed before the next child writes, so the
+    # pipe shows what this process printed, in the same order.
+    probe_repeats(monkeypatch.setattr, monkeypatch.setenv)
+    here = capfd.readouterr().out.splitlines()
+    assert len(here) == 6 and here[0] == here[2] == "child" and here[5] == "end"
+    for line, i in ((here[1], 1), (here[3], 2)):
         assert line.startswith("bench@recipe (variant 2 of ") and line.endswith(f" repeat {i}/3: ok (0.5 s)")
-    assert lines[4] == "bench@recipe: 2 of 3 repeats: another would end past BENCHLAB_DEADLINE"
+    assert here[4] == "bench@recipe: 2 of 3 repeats: another would end past BENCHLAB_DEADLINE"
+    code = "import os\nfrom tests.test_launch import probe_repeats\nprobe_repeats(setattr, os.environ.__setitem__)\n"
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)}
+    piped = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, check=True)
+    assert piped.stdout.splitlines() == here
 
 
 def test_a_ranked_repeat_runs_under_torchrun_and_its_failure_names_the_job(stand_in: str,

@@ -11,7 +11,9 @@ from benchlab import harness, lifeline, power, runner
 from benchlab.config import Params, RunSettings
 from benchlab.data import BatchStream
 from benchlab.errors import LabError
-from benchlab.runner import RunRecord, lr_at, oom_message, skipped_steps, train_once
+from benchlab.optimize import apply
+from benchlab.runner import LossReader, RunRecord, lr_at, oom_message, skipped_steps, train_once
+from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
 
@@ -148,3 +150,30 @@ def test_fp16_skipped_steps_are_counted_from_the_scale() -> None:
     scales = [torch.tensor(v) for v in (65536.0, 32768.0, 32768.0, 16384.0, 32768.0)]
     assert skipped_steps(scales) == 2
     assert skipped_steps([torch.tensor(32768.0)]) == 1  # the first step was skipped too
+
+
+def test_a_labelled_run_shows_its_progress_on_stdout(params: Params, tokens, capsys: pytest.CaptureFixture[str]) -> None:
+    train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    assert capsys.readouterr() == ("", "")  # unlabelled: quiet
+    train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, progress="bench@x")
+    out, err = capsys.readouterr()
+    assert err == "" and "bench@x: 100%" in out and " 3/3 [" in out and "step/s]" in out
+
+
+def test_a_nan_loss_is_reported_with_its_own_step_and_value() -> None:
+    reader = LossReader(CPU)
+    for step, value in enumerate([5.0, 4.0, 3.0]):
+        reader.push(step, torch.tensor(value))
+    reader.push(3, torch.tensor(float("inf")))
+    with pytest.raises(runner.Diverged) as err:
+        reader.flush()
+    assert (err.value.step, err.value.loss, str(err.value)) == (3, float("inf"), "loss became inf at step 3")
+    assert reader.values == [5.0, 4.0, 3.0, float("inf")]
+
+
+def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
+    run = apply(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), RunSettings(), CPU,
+                params.train)
+    x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
+    runner.train_step(run, x, x, grad_clip=1.0)
+    assert all(p.grad is None for p in run.model.parameters())  # freed, not zero-filled and kept
