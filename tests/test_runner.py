@@ -141,6 +141,7 @@ def test_an_out_of_memory_message_names_the_batch_the_cap_and_the_memory() -> No
     assert oom_message(16, 24.0, memory, err) == ("out of memory at batch size 16 under a 24 GiB cap (peak allocated "
                                                   "20,480 MiB, reserved 22,000 MiB): CUDA out of memory. Tried to "
                                                   "allocate 2.00 GiB")
+    assert oom_message(8, 0.5, {}, RuntimeError("x")) == "out of memory at batch size 8 under a 0.5 GiB cap: x"
     assert oom_message(8, 0.0, {"peak_mem_allocated_mb": None}, RuntimeError("")) == "out of memory at batch size 8: "
     assert oom_message(8, 0.0, {}, RuntimeError("x" * 300)) == "out of memory at batch size 8: " + "x" * 200
 
