@@ -127,6 +127,9 @@ def test_a_prepared_folder_loads_at_the_edges_of_its_vocabulary(tmp_path: Path) 
     ids = np.array([0, 1, 65535, 7], dtype=np.uint16)  # the largest id a 65,536-token vocabulary has
     data = load_tokens(_prepared_by_hand(tmp_path / "a", ids, ids[:2], 65536))
     assert data.train.tolist() == ids.tolist() and data.val.tolist() == [0, 1] and data.vocab_size == 65536
+    assert data.meta["train_tokens"] == 4 and data.meta["val_tokens"] == 2  # the meta rides along
+    with pytest.raises(LabError, match="a vocabulary of 65537 is stored as uint32"):
+        load_tokens(_prepared_by_hand(tmp_path / "c", ids, ids, 65537))
     wide = np.array([70_000, 3], dtype=np.uint32)
     assert load_tokens(_prepared_by_hand(tmp_path / "b", wide, wide, 70_001)).train.dtype == np.uint32
 
@@ -189,4 +192,8 @@ def test_training_windows_reach_the_split_s_last_token_and_no_further() -> None:
     firsts = {int(x[i, 0]) for x, _ in (stream.next() for _ in range(20)) for i in range(4)}
     assert firsts == {0, 1}
     x, y = BatchStream(tokens[:9], 2, 8, seed=3).next()  # exactly one window fits
+    with pytest.raises(LabError) as err:
+        BatchStream(tokens[:8], 2, 8, seed=3)
+    assert str(err.value) == ("train.block_size=8 is longer than the train split (8 tokens); lower train.block_size "
+                              "below 8 or bring a larger data.corpus")
     assert x.tolist() == [list(range(8))] * 2 and y.tolist() == [list(range(1, 9))] * 2
