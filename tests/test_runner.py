@@ -2,6 +2,7 @@
 params each step reads, and what one run's record says. The learning itself is tests/test_train.py's."""
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -41,7 +42,7 @@ class Ticks:
     """runner's clock alone (not the step clock's): one second per reading."""
 
     def __init__(self) -> None:
-        self.perf_counter = iter(range(1000)).__next__
+        self.perf_counter = iter(range(100, 1000)).__next__  # not from 0: a sum of two readings is no span
 
 
 def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, tokens, events: list) -> None:
@@ -99,6 +100,26 @@ def test_a_batch_that_does_not_split_is_refused_before_building(params: Params, 
         train_once(params, RunSettings(grad_accum=3), tokens, CPU, steps=3, warmup=1)
     assert str(err.value) == ("batch_size=4 does not split over 1 ranks x grad_accum=3; pick a global batch that is "
                               "a multiple of 3")
+    with pytest.raises(LabError, match="batch_size=6 does not split over 1 ranks x grad_accum=4"):
+        train_once(params, RunSettings(batch_size=6, grad_accum=4), tokens, CPU, steps=3, warmup=1)
+
+
+@pytest.mark.parametrize(("split", "name"), [("train", "train"), ("val", "validation")])
+def test_a_split_too_short_for_one_window_is_named(params: Params, tokens, split: str, name: str) -> None:
+    short = replace(tokens, **{split: getattr(tokens, split)[:20]})
+    with pytest.raises(LabError, match=f"longer than the {name} split \\(20 tokens\\)"):
+        train_once(params, RunSettings(), short, CPU, steps=3, warmup=1)
+
+
+def test_each_rank_trains_on_its_own_rows_of_the_global_batch() -> None:
+    x, y = torch.arange(24).view(6, 4), torch.arange(6)  # inputs and targets of different shapes
+    assert [t.tolist() for t in runner.rank_slice((x, y), 1, 3)] == [x[2:4].tolist(), [2, 3]]
+    assert [t.tolist() for t in runner.rank_slice((x, y), 0, 1)] == [x.tolist(), y.tolist()]
+
+
+def test_a_run_records_who_else_used_the_machine(params: Params, tokens) -> None:
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    assert rec.neighbours["pid"] == os.getpid() and "cpu_busy_others_pct" in rec.neighbours
 
 
 def test_the_trained_model_is_kept_only_when_asked(params: Params, tokens) -> None:
@@ -170,6 +191,8 @@ def test_a_nan_loss_is_reported_with_its_own_step_and_value() -> None:
         reader.flush()
     assert (err.value.step, err.value.loss, str(err.value)) == (3, float("inf"), "loss became inf at step 3")
     assert reader.values == [5.0, 4.0, 3.0, float("inf")]
+    reader.flush()  # nothing pending: nothing read twice
+    assert len(reader.values) == 4
 
 
 def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
