@@ -16,6 +16,18 @@ from benchlab import lifeline
 REAL_THREAD = threading.Thread  # the arming fixture replaces threading.Thread
 
 
+def recording_libc(calls: list) -> type:
+    """A stand-in for ctypes.CDLL that records the library opened and each prctl call instead of making it."""
+    class Libc:
+        def __init__(self, name: object, use_errno: bool = False) -> None:
+            calls.append(("CDLL", name, use_errno))
+
+        def prctl(self, option: int, sig: int) -> None:
+            calls.append(("prctl", option, sig))
+
+    return Libc
+
+
 @pytest.fixture()
 def state(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The lifeline's state, put back after the test."""
@@ -107,15 +119,7 @@ def test_a_process_that_is_gone_has_no_name() -> None:
 def test_children_ask_for_the_parent_death_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    class Libc:
-        def __init__(self, name: object, use_errno: bool = False) -> None:
-            calls.append(("CDLL", name, use_errno))
-
-        def prctl(self, option: int, sig: int) -> int:
-            calls.append(("prctl", option, sig))
-            return 0
-
-    monkeypatch.setattr(lifeline.ctypes, "CDLL", Libc)
+    monkeypatch.setattr(lifeline.ctypes, "CDLL", recording_libc(calls))
     lifeline.die_with_parent()
     assert calls == [("CDLL", None, True), ("prctl", 1, signal.SIGTERM)]
 
@@ -140,13 +144,6 @@ def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
     monkeypatch.setattr(lifeline, "watched", lambda: [(10, 20), (20, 41)])
     monkeypatch.setattr(lifeline, "_comm", lambda pid: {41: "dvc"}.get(pid, ""))
 
-    class Libc:
-        def __init__(self, name: object, use_errno: bool = False) -> None:
-            calls.append(("CDLL", name, use_errno))
-
-        def prctl(self, option: int, sig: int) -> None:
-            calls.append(("prctl", option, sig))
-
     class Thread:
         def __init__(self, **kwargs: object) -> None:
             calls.append(("Thread", kwargs))
@@ -154,7 +151,7 @@ def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
         def start(self) -> None:
             calls.append("thread started")
 
-    monkeypatch.setattr(lifeline.ctypes, "CDLL", Libc)
+    monkeypatch.setattr(lifeline.ctypes, "CDLL", recording_libc(calls))
     monkeypatch.setattr(lifeline.threading, "Thread", Thread)
     return calls
 
