@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from benchlab import stats
+from benchlab import harness, stats
 from benchlab.config import RunSettings
 from benchlab.harness import StepClock
 from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
@@ -351,3 +351,66 @@ def test_proc_stat_and_rusage_are_read_in_their_units(monkeypatch: pytest.Monkey
     assert harness._cpu_jiffies() == (60, 150)  # idle 40 + iowait 50
     monkeypatch.setattr(harness.resource, "getrusage", lambda who: types.SimpleNamespace(ru_maxrss=3072))
     assert harness.peaks(torch.device("cpu"))["peak_rss_mb"] == 3.0  # KiB on Linux
+
+
+# --- the CUDA side, with torch.cuda's calls recorded instead of made (no GPU here) -----------------------------------
+
+class FakeEvent:
+    """A CUDA event: `record` stamps it with the next tick of a shared fake clock (ms)."""
+
+    ticks = iter(range(0, 10**6, 5))
+    log: list = []
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.timing, self.at = enable_timing, None
+
+    def record(self) -> None:
+        self.at = next(FakeEvent.ticks)
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        assert self.timing and end.timing, "elapsed_time needs events made with enable_timing=True"
+        return float(end.at - self.at)
+
+
+def test_a_gpu_clock_brackets_each_step_with_timing_events_and_syncs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs: list = []
+    monkeypatch.setattr(FakeEvent, "ticks", iter([0, 7, 10, 12, 20, 35]))
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(a))
+    clock = StepClock(torch.device("cuda"))
+    for _ in range(3):
+        clock.start()
+        clock.stop()
+    assert syncs == []  # the queue is never stalled while stepping
+    assert clock.times_ms() == [7.0, 2.0, 15.0]
+    assert syncs == [()]  # one synchronize, when the times are read
+
+
+def test_a_gpu_s_memory_comes_from_torch_s_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list = []
+    gpu = torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: log.append(("now", d)) or 3 * harness.MB)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: log.append(("peak", d)) or 5 * harness.MB)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: log.append(("reserved", d)) or 8 * harness.MB)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d: log.append(("sync", d)))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: log.append(("reset", d)))
+    assert harness.current_mb(gpu) == 3.0
+    assert harness.peaks(gpu) == {"peak_mem_allocated_mb": 5.0, "peak_mem_reserved_mb": 8.0, "peak_rss_mb": None}
+    harness.reset_peaks(gpu)
+    harness.sync(gpu)
+    assert log == [("now", gpu), ("peak", gpu), ("reserved", gpu), ("sync", gpu), ("reset", gpu), ("sync", gpu)]
+    harness.reset_peaks(torch.device("cpu"))
+    harness.sync(torch.device("cpu"))
+    assert len(log) == 6  # nothing to wait for or reset on a CPU
+
+
+def test_a_gpu_is_named_by_the_uuid_of_the_card_it_means(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Props:
+        def __init__(self, index: int) -> None:
+            self.uuid = f"uuid-of-{index}"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", Props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert harness.device_uuid(torch.device("cuda", 1)) == "uuid-of-1"
+    assert harness.device_uuid(torch.device("cuda")) == "uuid-of-3"  # `cuda` alone: the current card
+    assert harness.device_uuid(torch.device("cpu")) is None

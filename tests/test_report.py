@@ -1,10 +1,12 @@
 """aggregate: ratios against the baseline (or a fallback), loss, parity and energy columns, and one environment and
 one source per table."""
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchlab.errors import LabError
 from benchlab.profiling import exposed_communication, family, kernel_markdown, kernel_summary
@@ -448,3 +450,157 @@ def test_source_groups_are_listed_with_commas() -> None:
         check_one_source(rows, allow_mixed=False)
     assert str(err.value).split(" (")[1].split(")")[0] in ("0123456789ab: a, fedcba987654: c",
                                                            "fedcba987654: c, 0123456789ab: a")
+
+
+def test_the_kernel_table_in_full_names_each_family_kernel_and_the_communication_it_waited_on() -> None:
+    long = "a|b" + "x" * 120
+    events = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 1000, "dur": 3000},
+              {"cat": "kernel", "name": long, "ts": 2000, "dur": 1000},
+              {"cat": "kernel", "name": "ncclDevKernel_AllReduce", "ts": 4000, "dur": 2000},
+              {"cat": "gpu_user_annotation", "name": "ProfilerStep#3", "ts": 1000, "dur": 8000}]
+    summary = kernel_summary(events, steps=2)
+    assert summary == {"kernels": [("nvjet_sm90_tst_256x128", 1.5, 0.5), ("ncclDevKernel_AllReduce", 1.0, 0.5),
+                                   (long, 0.5, 0.5)],
+                       "comm_share_pct": 100.0 / 3, "families": [("matmul", 1.5), ("communication", 1.0), ("other", 0.5)],
+                       "kernel_ms_per_step": 3.0, "comm_ms_per_step": 1.0, "comm_exposed_ms_per_step": 1.0,
+                       "gpu_step_ms": 4.0}
+    assert kernel_markdown(summary) == (
+        "| family | device ms per step | share % |\n| --- | --- | --- |\n| matmul | 1.50 | 50.0 |\n"
+        "| communication | 1.00 | 33.3 |\n| other | 0.50 | 16.7 |\n\n"
+        "| kernel | family | calls per step | device ms per step | share % |\n| --- | --- | --- | --- | --- |\n"
+        "| `nvjet_sm90_tst_256x128` | matmul | 0.5 | 1.500 | 50.0 |\n"
+        "| `ncclDevKernel_AllReduce` | communication | 0.5 | 1.000 | 33.3 |\n"
+        f"| `a/b{'x' * 94}...` | other | 0.5 | 0.500 | 16.7 |\n\n"
+        "Kernel time: 3.00 ms per traced step (communication kernels 33.3% of it, overlapped or not), in 4.00 ms of "
+        "GPU time per traced step (the rest: gaps between kernels). Communication kernels ran during 1.00 ms per step; "
+        "in 1.00 ms of it no other kernel ran beside them (exposed communication, 25.0% of the GPU step).\n")
+    assert kernel_markdown(summary, rows=1).count("| `") == 1  # the top kernels only
+    # No annotations: every kernel counts and there is no GPU step to compare with; exactly 100 characters stay whole.
+    alone = kernel_summary([{"cat": "kernel", "name": "k" * 100, "ts": 0, "dur": 3000}], steps=1)
+    assert (alone["gpu_step_ms"], alone["comm_share_pct"], alone["comm_ms_per_step"]) == (None, 0.0, 0.0)
+    assert kernel_markdown(alone).endswith(
+        f"| `{'k' * 100}` | other | 1.0 | 3.000 | 100.0 |\n\nKernel time: 3.00 ms per traced step.\n")
+    comm_only = {**alone, "comm_share_pct": 50.0, "comm_ms_per_step": 1.5, "comm_exposed_ms_per_step": 0.5}
+    assert kernel_markdown(comm_only).endswith(
+        "Kernel time: 3.00 ms per traced step (communication kernels 50.0% of it, overlapped or not). Communication "
+        "kernels ran during 1.50 ms per step; in 0.50 ms of it no other kernel ran beside them (exposed "
+        "communication).\n")
+
+
+class FakeProfile:
+    """What write_profile reads of torch.profiler: its Chrome trace and its per-op averages."""
+
+    class Op:
+        def __init__(self, key: str, count: int, self_us: float) -> None:
+            self.key, self.count, self.self_cpu_time_total = key, count, self_us
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def export_chrome_trace(self, path: str) -> None:
+        Path(path).write_text(json.dumps({"traceEvents": self.events}))
+
+    def key_averages(self) -> list:
+        return [self.Op("aten::add", 4, 1000.0), self.Op("aten::" + "m" * 120, 2, 3000.0)]
+
+
+def test_a_profile_writes_the_gzipped_trace_and_the_table_titled_with_what_was_traced(tmp_path: Path) -> None:
+    from benchlab.profiling import write_not_profiled, write_profile
+
+    events = [{"cat": "kernel", "name": "nvjet_a", "ts": 0, "dur": 2000}]
+    write_profile(FakeProfile(events), tmp_path, "fp32", torch.device("cpu"), "tiny, batch 2 x 8.", steps=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fp32_kernels.md", "fp32_trace.json.gz"]  # no raw trace left
+    with gzip.open(tmp_path / "fp32_trace.json.gz", "rt") as f:
+        assert json.load(f) == {"traceEvents": events}
+    assert (tmp_path / "fp32_kernels.md").read_text() == (
+        "# fp32: top ops by self CPU time\n\ntiny, batch 2 x 8.\n\n"
+        "| op | calls per step | self CPU ms per step | share % |\n| --- | --- | --- | --- |\n"
+        f"| `aten::{'m' * 94}` | 1.0 | 1.500 | 75.0 |\n| `aten::add` | 2.0 | 0.500 | 25.0 |\n\n"
+        "Self CPU time: 2.00 ms per step.\n")
+    write_profile(FakeProfile(events), tmp_path, "bf16", torch.device("cuda"), "about.", steps=1)
+    assert (tmp_path / "bf16_kernels.md").read_text() == (
+        "# bf16: top kernels by device time\n\nabout.\n\n" + kernel_markdown(kernel_summary(events, 1)))
+    write_not_profiled(tmp_path, "fp16", "Not profiled on cpu: precision=fp16 needs a GPU\n")
+    assert (tmp_path / "fp16_kernels.md").read_text() == "Not profiled on cpu: precision=fp16 needs a GPU\n"
+    with gzip.open(tmp_path / "fp16_trace.json.gz", "rt") as f:
+        assert f.read() == '{"traceEvents": []}'
+
+
+def test_a_row_without_a_measurement_says_why_in_words() -> None:
+    from benchlab.report import memory_cap_gib, not_run_reason, stopped_at
+
+    assert not_run_reason(None) == "has no result in this run"
+    assert not_run_reason({"status": "skipped", "message": "fp16 needs a GPU"}) == "was skipped (fp16 needs a GPU)"
+    assert not_run_reason({"status": "diverged", "message": ""}) == "diverged"
+    assert not_run_reason({"status": "error"}) == "ended in an error"
+    assert not_run_reason({"status": "killed", "message": "signal 9"}) == "ended killed (signal 9)"
+    oom = {"status": "oom", "peak_mem_reserved_mb": 23900.0, "peak_mem_allocated_mb": 23100.0,
+           "params.bench.memory_cap_gib": 24}
+    assert not_run_reason(oom) == "ran out of memory at 23,900 MiB reserved (23,100 MiB allocated) under a 24 GiB cap"
+    assert stopped_at({"peak_mem_allocated_mb": 512.0, "memory_cap_gib": 0.5}) == (
+        " at 512 MiB allocated under a 0.5 GiB cap")  # a record from before the params' key: its own key
+    assert stopped_at({}) == "" and memory_cap_gib({"memory_cap_gib": 0}) is None
+    assert memory_cap_gib({"params.bench.memory_cap_gib": 16, "memory_cap_gib": 8}) == 16
+
+
+def test_energy_is_shown_only_as_measured_and_otherwise_says_why() -> None:
+    from benchlab.report import energy
+
+    measured = {"status": "ok", "power_w_mean": 400.0, "tokens_per_joule": 1250.0}
+    assert energy(measured) == {"power_w_mean": 400.0, "tokens_per_joule": 1250.0, "energy_note": None}
+    half = {"status": "ok", "power_w_mean": 400.0, "tokens_per_joule": None}
+    assert energy(half)["energy_note"] == "not measured"
+    assert energy({"status": "ok", "power_note": "no NVML on a CPU"})["energy_note"] == "not measured: no NVML on a CPU"
+    assert energy({"status": "ok", "power_w_mean": None})["energy_note"] == "not measured"
+    assert energy({"status": "ok"})["energy_note"] is None  # a record from before power was measured
+    assert energy({"status": "oom", "power_note": "x"})["energy_note"] is None
+
+
+def test_parity_s_verdict_in_words_and_its_gap_only_from_a_judged_run() -> None:
+    from benchlab.report import parity_columns
+
+    assert parity_columns(None) == {"learns_same": None, "parity_gap_nats": None}
+    assert parity_columns({"learns_same": True, "status": "ok", "gap_nats": 0.01}) == {
+        "learns_same": "yes", "parity_gap_nats": 0.01}
+    assert parity_columns({"learns_same": False, "verdict": "worse by 0.12 nats", "status": "ok", "gap_nats": 0.12}) == {
+        "learns_same": "no: worse by 0.12 nats", "parity_gap_nats": 0.12}
+    assert parity_columns({"status": "diverged", "message": "loss became nan", "gap_nats": 3.0}) == {
+        "learns_same": "diverged: loss became nan", "parity_gap_nats": None}
+    assert parity_columns({}) == {"learns_same": "no verdict: no message", "parity_gap_nats": None}
+    assert parity_columns({"status": "ok", "gap_nats": "n/a"})["parity_gap_nats"] is None
+
+
+def test_a_summary_row_keeps_the_record_s_name_status_repeats_and_whiskers() -> None:
+    r = {"variant": "bf16", "status": "ok", "tokens_per_sec": 100.0, "val_loss": 3.0, "repeats": 2,
+         "tokens_per_sec_pi95_low": 90.0, "tokens_per_sec_pi95_high": 110.0}
+    row = summarize([r], "bf16", 0.05)[0]
+    assert (row["variant"], row["status"], row["repeats"]) == ("bf16", "ok", 2)
+    assert (row["tokens_per_sec_pi95_low"], row["tokens_per_sec_pi95_high"]) == (90.0, 110.0)
+    assert row["tokens_per_sec_pi95"] == "90 to 110" and "significant" in row and row["significant"] is None
+    assert row["speedup_vs"] == "bf16"
+
+
+def test_a_time_limited_row_says_how_many_repeats_ran() -> None:
+    from benchlab.report import warnings
+
+    assert warnings({"repeats_asked": 3, "repeats": 1}, 1.0) == ["1 of 3 repeats: a time limit stopped the rest"]
+    assert warnings({"repeats_asked": 3}, 1.0) == []  # a record without its count ran them all
+
+
+def test_the_markdown_table_always_has_the_variant_column_and_prints_text_as_is() -> None:
+    from benchlab.report import markdown
+
+    text = markdown([{"variant": None, "status": "ok", "notes": "a note"}], {})
+    assert text.splitlines()[2].startswith("| variant ") and "a note" in text
+    assert markdown([{"variant": "x", "tokens_per_sec": 1234.5}], {}).count("1,234") == 1  # numbers by their spec
+
+
+def test_kinds_come_from_whichever_of_baseline_and_recipe_ran() -> None:
+    rows = [{"variant": "recipe", "settings": {"a": 1}}, {"variant": "near_recipe", "settings": {"a": 1, "b": 2}},
+            {"variant": "odd", "settings": {"a": 5, "b": 6, "c": 7}}]
+    assign_kinds(rows, "fp32_baseline", "recipe", ours=[])  # no baseline row
+    assert [r["kind"] for r in rows] == ["recipe", "recipe", "recipe"]
+    rows = [{"variant": "fp32_baseline", "settings": {"a": 1}}, {"variant": "near", "settings": {"a": 2}},
+            {"variant": "far", "settings": {"a": 2, "b": 3, "c": 4}}]
+    assign_kinds(rows, "fp32_baseline", "recipe", ours=[])  # no recipe row
+    assert [r["kind"] for r in rows][:2] == ["seed", "seed"] and rows[2]["kind"] != "recipe"

@@ -3,6 +3,7 @@ params each step reads, and what one run's record says. The learning itself is t
 
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
@@ -201,3 +202,250 @@ def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
     x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
     runner.train_step(run, x, x, grad_clip=1.0)
     assert all(p.grad is None for p in run.model.parameters())  # freed, not zero-filled and kept
+
+
+def test_the_learning_rate_warms_up_then_decays_to_its_floor_at_the_last_step(params: Params) -> None:
+    p = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=3))
+    assert [round(lr_at(s, 5, p), 6) for s in range(5)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0, 0.1]
+    # A warm-up not shorter than the run is cut to end one step before its end: that step alone is at train.lr.
+    long = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=10))
+    assert [round(lr_at(s, 4, long), 6) for s in range(4)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0]
+
+
+class Recorder:
+    """A stand-in that records each call made on it by name, with its arguments."""
+
+    def __init__(self, log: list, name: str, result: object = None) -> None:
+        self.log, self.name, self.result = log, name, result
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.log.append((self.name, args, kwargs))
+        return self.result
+
+
+def test_a_batch_reaches_a_gpu_through_pinned_memory_without_blocking_the_host() -> None:
+    log: list = []
+
+    class Host:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def pin_memory(self) -> "Host":
+            log.append(("pin", self.name))
+            return self
+
+        def to(self, *args: object, **kwargs: object) -> tuple:
+            log.append(("to", self.name, args, kwargs))
+            return ("on device", self.name)
+
+    gpu = torch.device("cuda", 1)
+    assert runner.to_device((Host("x"), Host("y")), gpu) == (("on device", "x"), ("on device", "y"))  # type: ignore[arg-type]
+    assert log == [("pin", "x"), ("to", "x", (gpu,), {"non_blocking": True}),
+                   ("pin", "y"), ("to", "y", (gpu,), {"non_blocking": True})]
+    batch = (torch.zeros(2), torch.ones(2))
+    assert runner.to_device(batch, CPU) is batch  # a CPU run copies nothing
+
+
+def test_on_a_gpu_each_loss_is_read_one_step_late_from_pinned_memory_behind_an_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list = []
+    real_empty = torch.empty
+
+    class Host:
+        """The pinned host copy: records what is copied into it and when it is read."""
+
+        def __init__(self, shape: tuple, dtype: torch.dtype) -> None:
+            self.value = real_empty(shape, dtype=dtype)
+
+        def copy_(self, src: torch.Tensor, **kwargs: object) -> None:
+            log.append(("copy", src.item(), kwargs))
+            self.value.copy_(src)
+
+        def item(self) -> float:
+            log.append(("read", self.value.item(), self.value.dtype))
+            return self.value.item()
+
+    class Event:
+        def record(self) -> None:
+            log.append("record")
+
+        def synchronize(self) -> None:
+            log.append("wait")
+
+    def empty(*shape: object, **kwargs: object) -> Host:
+        log.append(("empty", shape, kwargs))
+        return Host(*shape, dtype=kwargs["dtype"])  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    reader = LossReader(torch.device("cuda"))
+    reader.push(0, torch.tensor(2.5, dtype=torch.bfloat16))
+    reader.push(1, torch.tensor(1.5, dtype=torch.bfloat16))
+    assert reader.values == [2.5]  # one step late
+    reader.flush()
+    pinned = ("empty", ((),), {"dtype": torch.bfloat16, "pin_memory": True})
+    assert log == [pinned, ("copy", 2.5, {"non_blocking": True}), "record",
+                   pinned, ("copy", 1.5, {"non_blocking": True}), "record", "wait", ("read", 2.5, torch.bfloat16),
+                   "wait", ("read", 1.5, torch.bfloat16)]
+    assert reader.values == [2.5, 1.5]
+
+
+def test_a_finished_run_empties_the_gpu_s_cache_and_collects_its_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", Recorder(log, "empty cache"))
+    monkeypatch.setattr(runner.gc, "collect", Recorder(log, "collect"))
+    runner.release(CPU)
+    assert log == [("collect", (), {})]
+    runner.release(torch.device("cuda"))
+    assert log == [("collect", (), {}), ("collect", (), {}), ("empty cache", (), {})]
+
+
+def test_a_run_is_released_unless_its_model_is_kept(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list = []
+    monkeypatch.setattr(runner, "release", Recorder(log, "release"))
+    train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
+    assert log == [("release", (CPU,), {})]
+    train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_model=True)
+    assert len(log) == 1
+
+
+class Scaler:
+    """A GradScaler stand-in: records its calls; its scale never changes."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self._scale = torch.tensor(65536.0)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        self.log.append(("scale", round(loss.item(), 4)))
+        return loss * 4.0
+
+    def unscale_(self, optimizer: object) -> None:
+        self.log.append(("unscale", optimizer))
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.log.append(("step", optimizer))
+        optimizer.step()
+
+    def update(self) -> None:
+        self.log.append("update")
+
+
+def tiny_run(params: Params, settings: RunSettings = RunSettings()):
+    return apply(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), settings, CPU,
+                 params.train)
+
+
+def test_an_fp16_step_scales_each_micro_batch_then_unscales_clips_and_steps_through_the_scaler(
+        params: Params, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tiny_run(params)
+    log: list = []
+    run.scaler = Scaler(log)  # type: ignore[assignment]
+    monkeypatch.setattr(run, "clip_gradients", lambda clip: log.append(("clip", clip)))
+    x = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
+    halves = [round(run.loss(x[i : i + 2], x[i : i + 2]).item() / 2, 4) for i in (0, 2)]  # before the step
+    loss = runner.train_step(run, x, x, grad_clip=0.7, micro_batches=2)
+    assert log[:2] == [("scale", halves[0]), ("scale", halves[1])]
+    assert log[2:] == [("unscale", run.optimizer), ("clip", 0.7), ("step", run.optimizer), "update"]
+    assert round(loss.item(), 4) == round(halves[0] + halves[1], 4)
+
+
+def test_a_step_is_one_micro_batch_unless_told_and_marks_each_cuda_graph_step(
+        params: Params, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tiny_run(params)
+    log: list = []
+    real_loss = run.loss
+    run.loss = lambda xs, ys: (log.append(("loss", xs.shape[0])), real_loss(xs, ys))[1]
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", Recorder(log, "mark"))
+    x = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
+    runner.train_step(run, x, x, grad_clip=1.0)
+    assert log == [("loss", 4)]
+    run.settings = replace(run.settings, compile_mode="reduce-overhead")
+    runner.train_step(run, x, x, grad_clip=1.0, micro_batches=2)
+    assert log[1:] == [("mark", (), {}), ("loss", 2), ("mark", (), {}), ("loss", 2)]
+
+
+def test_an_fp16_run_counts_the_steps_its_scaler_skipped(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_apply = runner.apply
+
+    def with_scaler(*args: object):
+        run = real_apply(*args)
+        run.scaler = Scaler([])
+        return run
+
+    monkeypatch.setattr(runner, "apply", with_scaler)
+    assert train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1).skipped_steps == 0
+    monkeypatch.setattr(runner, "apply", real_apply)
+    assert train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1).skipped_steps is None  # no scaler
+
+
+def test_under_torchrun_each_rank_trains_its_share_and_the_record_names_the_ranks(
+        params: Params, tokens, events: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    rows: list = []
+    real_slice = runner.rank_slice
+    monkeypatch.setattr(runner, "rank_slice", lambda batch, rank, world: (rows.append((rank, world)),
+                                                                          real_slice(batch, rank, world))[1])
+    alone = train_once(params, RunSettings(), tokens, CPU, steps=2, warmup=1)  # the variables, but no process group
+    assert alone.world_size == 1 and rows == [(0, 1), (0, 1)]
+    assert [e[1] for e in events if e[0] == "step"] == [4, 4]
+    monkeypatch.setattr(runner.dist, "active", lambda: True)
+    ranked = train_once(params, RunSettings(), tokens, CPU, steps=2, warmup=1)
+    assert ranked.world_size == 2 and rows[2:] == [(1, 2), (1, 2)]
+    assert [e[1] for e in events if e[0] == "step"][2:] == [2, 2]  # half of the global batch of 4
+
+
+def test_validation_runs_on_the_run_s_device_under_its_autocast(params: Params, tokens,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list = []
+
+    def spy(model, p, data, device, autocast=None) -> float:
+        seen.append((device, autocast))
+        return 1.0
+
+    monkeypatch.setattr(runner, "evaluate", spy)
+    real_apply = runner.apply
+    marker = nullcontext()
+
+    def marked(*args: object):
+        run = real_apply(*args)
+        run.autocast = lambda: marker  # type: ignore[method-assign]
+        return run
+
+    monkeypatch.setattr(runner, "apply", marked)
+    train_once(params, RunSettings(), tokens, CPU, steps=2, warmup=1)
+    assert seen == [(CPU, marker)]
+
+
+def test_evaluate_feeds_the_batches_to_the_device_it_is_given(params: Params, tokens) -> None:
+    devices: list = []
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[None, torch.Tensor]:
+            devices.append((x.device.type, y.device.type))
+            return None, torch.tensor(2.0)
+
+    assert runner.evaluate(Model(), params, tokens, torch.device("meta")) == 2.0
+    assert devices and set(devices) == {("meta", "meta")}  # a device with no data: a CPU copy would show
+
+
+@pytest.mark.parametrize(("text", "message"), [("", "RuntimeError: "), ("  \n", "RuntimeError: "),
+                                               ("y" * 320 + "\nz", "RuntimeError: " + "y" * 300)])
+def test_a_library_error_s_message_is_its_first_line_cut_at_300_characters(
+        params: Params, tokens, monkeypatch: pytest.MonkeyPatch, text: str, message: str) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError(text)
+
+    monkeypatch.setattr(runner, "train_step", broken)
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_going=True)
+    assert (rec.status, rec.message) == ("error", message)
+
+
+def test_the_progress_bar_refreshes_at_most_every_five_seconds(params: Params, tokens,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list = []
+    real = runner.tqdm
+    monkeypatch.setattr(runner, "tqdm", lambda it, **kw: (seen.append(kw["mininterval"]), real(it, **kw))[1])
+    train_once(params, RunSettings(), tokens, CPU, steps=2, warmup=1, progress="bench@x")
+    assert seen == [5.0]
