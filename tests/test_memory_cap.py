@@ -95,3 +95,20 @@ def test_on_a_gpu_a_run_past_the_cap_ends_oom_with_its_memory(tokens) -> None:
     assert rec.status == "oom", rec.message
     assert rec.message.startswith("out of memory at batch size 256 under a 0.05 GiB cap (peak allocated ")
     assert 0 < rec.memory["peak_mem_allocated_mb"] <= 0.05 * 1024
+
+
+def test_caps_below_one_gib_and_up_to_the_whole_card_are_taken_on_the_card_meant(
+        fake_gpu: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: asked.append(device) or FakeProps())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    harness.cap_memory(CUDA, 0.5)
+    harness.cap_memory(CUDA, 141)  # exactly the card: allowed
+    harness.cap_memory(torch.device("cuda"), 70.5)  # `cuda` alone: the current card
+    assert fake_gpu == [(pytest.approx(0.5 / 141), 0), (1.0, 0), (0.5, 3)]
+    assert asked == [CUDA, CUDA, torch.device("cuda")]
+    names: list = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names.append(device) or "NVIDIA H200")
+    with pytest.raises(LabError, match="more than NVIDIA H200's"):
+        harness.cap_memory(CUDA, 141.5)
+    assert names == [CUDA]

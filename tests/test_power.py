@@ -246,3 +246,11 @@ def test_a_run_reads_the_meter_over_its_timed_window(monkeypatch, params, tokens
 def test_a_cpu_run_records_no_power_and_says_why(params, tokens) -> None:
     rec = train_once(params, RunSettings(), tokens, CPU, steps=4, warmup=2)
     assert (rec.power_w, rec.energy_j, rec.power_note) == (None, None, "CPU: no board power reading")
+
+
+def test_a_repeat_with_power_but_no_energy_voids_the_figures_and_a_note_says_so() -> None:
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    base = {"tokens_per_step": 1000, "block_size": 16, "device": "cuda"}
+    runs = [_repeat([10.0] * 4, 500.0, 20.0), _repeat([10.0] * 4, 250.0, 0.0)]
+    rec = measured_record(base, runs, cfg, 10_000, steady_tolerance=0.05)
+    assert (rec["power_w_mean"], rec["tokens_per_joule"], rec["power_note"]) == (None, None, "board power was not read")

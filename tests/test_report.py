@@ -475,6 +475,12 @@ def test_the_kernel_table_in_full_names_each_family_kernel_and_the_communication
         "GPU time per traced step (the rest: gaps between kernels). Communication kernels ran during 1.00 ms per step; "
         "in 1.00 ms of it no other kernel ran beside them (exposed communication, 25.0% of the GPU step).\n")
     assert kernel_markdown(summary, rows=1).count("| `") == 1  # the top kernels only
+    # A kernel that starts as the window closes belongs to the next step; one of 101 characters is cut.
+    edge = kernel_summary(events + [{"cat": "kernel", "name": "k" * 101, "ts": 9000, "dur": 5}], steps=2)
+    assert edge["kernels"] == summary["kernels"]
+    cut = kernel_summary([{"cat": "kernel", "name": "k" * 101, "ts": 0, "dur": 3000}], steps=1)
+    assert f"| `{'k' * 97}...` |" in kernel_markdown(cut)
+    assert kernel_summary([], steps=1)["comm_share_pct"] is None  # no kernel time: no share of it
     # No annotations: every kernel counts and there is no GPU step to compare with; exactly 100 characters stay whole.
     alone = kernel_summary([{"cat": "kernel", "name": "k" * 100, "ts": 0, "dur": 3000}], steps=1)
     assert (alone["gpu_step_ms"], alone["comm_share_pct"], alone["comm_ms_per_step"]) == (None, 0.0, 0.0)
@@ -501,7 +507,7 @@ class FakeProfile:
         Path(path).write_text(json.dumps({"traceEvents": self.events}))
 
     def key_averages(self) -> list:
-        return [self.Op("aten::add", 4, 1000.0), self.Op("aten::" + "m" * 120, 2, 3000.0)]
+        return [self.Op("aten::add", 4, 1e6), self.Op("aten::" + "m" * 120, 2, 3e6)]
 
 
 def test_a_profile_writes_the_gzipped_trace_and_the_table_titled_with_what_was_traced(tmp_path: Path) -> None:
@@ -515,8 +521,8 @@ def test_a_profile_writes_the_gzipped_trace_and_the_table_titled_with_what_was_t
     assert (tmp_path / "fp32_kernels.md").read_text() == (
         "# fp32: top ops by self CPU time\n\ntiny, batch 2 x 8.\n\n"
         "| op | calls per step | self CPU ms per step | share % |\n| --- | --- | --- | --- |\n"
-        f"| `aten::{'m' * 94}` | 1.0 | 1.500 | 75.0 |\n| `aten::add` | 2.0 | 0.500 | 25.0 |\n\n"
-        "Self CPU time: 2.00 ms per step.\n")
+        f"| `aten::{'m' * 94}` | 1.0 | 1500.000 | 75.0 |\n| `aten::add` | 2.0 | 500.000 | 25.0 |\n\n"
+        "Self CPU time: 2000.00 ms per step.\n")
     write_profile(FakeProfile(events), tmp_path, "bf16", torch.device("cuda"), "about.", steps=1)
     assert (tmp_path / "bf16_kernels.md").read_text() == (
         "# bf16: top kernels by device time\n\nabout.\n\n" + kernel_markdown(kernel_summary(events, 1)))
@@ -604,3 +610,27 @@ def test_kinds_come_from_whichever_of_baseline_and_recipe_ran() -> None:
             {"variant": "far", "settings": {"a": 2, "b": 3, "c": 4}}]
     assign_kinds(rows, "fp32_baseline", "recipe", ours=[])  # no recipe row
     assert [r["kind"] for r in rows][:2] == ["seed", "seed"] and rows[2]["kind"] != "recipe"
+
+
+def test_fallbacks_that_did_not_run_are_named_and_one_absent_is_passed_over() -> None:
+    results = [oom("fp32_baseline", None, None), result("lean", 300.0, 5.0, 250.0)]
+    name, note = ratio_reference(results, "fp32_baseline", ["gone", "recipe", "lean"])
+    assert name == "lean"
+    assert ratio_reference(results[:1], "fp32_baseline", ["gone", "recipe"])[1] == (
+        "fp32_baseline ran out of memory, and no fallback ran ok (gone, recipe); the table has no ratios.")
+
+
+def test_an_empty_matrix_s_error_reads_in_full(tmp_path: Path) -> None:
+    with pytest.raises(LabError) as err:
+        load_results(tmp_path, [])
+    assert str(err.value) == ("params.yaml names no variants, so there is nothing to tabulate; add one under "
+                              "`variants:`")
+
+
+def test_the_table_sorts_kinds_by_the_aggregate_s_own_baseline() -> None:
+    from benchlab.config import AggregateParams
+    from benchlab.report import table
+
+    rows, note = table([result("fp32_baseline", 100.0, 5.0, 1000.0), result("tf32", 120.0, 5.0, 1000.0)],
+                       AggregateParams(baseline="fp32_baseline", reference="recipe", ours=[]), {})
+    assert [r["kind"] for r in rows] == ["seed", "seed"] and note.endswith("aggregate.baseline.")
