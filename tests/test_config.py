@@ -9,7 +9,8 @@ import yaml
 
 from benchlab.config import load_params, parse_params, variant_from
 from benchlab.errors import LabError
-from benchlab.knobs import KNOBS, STEPS, RunSettings, applied_at, from_old_knobs, unsupported_reason
+from benchlab.knobs import (KNOBS, STEPS, RunSettings, applied_at, check_combination, from_old_knobs,
+                            unsupported_reason)
 from benchlab.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
 from benchlab.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
@@ -502,3 +503,82 @@ def test_a_search_start_that_is_not_a_variant_names_the_valid_ones() -> None:
     p = parse_params(data)
     with pytest.raises(LabError, match=r"^search.start='nope' is not a variant in params.yaml; valid: fp32_baseline, "):
         start_of(p)
+
+
+def test_a_liger_of_unknown_version_and_fp16_on_a_cpu_are_refused_in_full() -> None:
+    unknown = DeviceFacts(**{**H200.__dict__, "liger_version": None})
+    assert unsupported_reason(RunSettings(loss="onepass"), unknown) == (
+        f"loss=onepass calls liger-kernel {LIGER_VERSION}'s internal cross-entropy kernel; liger-kernel of unknown "
+        "version is installed (pip install -r requirements-gpu.txt); or use loss=inline")
+    assert unsupported_reason(RunSettings(precision="fp16"), CPU) == (
+        "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU")
+    no_capability = DeviceFacts(kind="cuda", name="a GPU", bf16=True, triton=True)  # the driver told nothing
+    assert unsupported_reason(RunSettings(precision="tf32"), no_capability) == (
+        "precision=tf32 needs an Ampere or newer GPU; a GPU is compute capability 0.x")
+
+
+def test_a_yaml_error_is_named_by_its_problem_and_line_or_by_its_kind(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: 1\ntrain: {batch_size: 4\n")
+    with pytest.raises(LabError) as err:
+        load_params(bad)
+    assert str(err.value) == (f"{bad} is not valid YAML: expected ',' or '}}', but got '<stream end>' at line 3, "
+                              "column 1; fix that line")
+
+    def unmarked(text: str) -> None:
+        raise yaml.constructor.ConstructorError()  # no problem text, no position
+
+    monkeypatch.setattr(yaml, "safe_load", unmarked)
+    with pytest.raises(LabError) as err:
+        load_params(bad)
+    assert str(err.value) == f"{bad} is not valid YAML: ConstructorError; fix that line"
+
+
+_DDP = "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set"
+_FSDP = "fsdp2 when fsdp_reshard_after_forward, fsdp_param_dtype or fsdp_blocks_per_unit is set"
+_FP8 = ("(the chunked, fused, cce and onepass heads multiply by the output weight themselves, so the float8 output "
+        "layer would be bypassed; or set fp8=blocks)")
+
+
+@pytest.mark.parametrize(("knobs", "batch", "message"), [
+    ({"batch_size": 0}, 8, "batch_size=0 is not valid; expected a positive integer"),
+    ({"batch_size": 1}, 8, None),
+    ({"nproc": 0, "parallel": "ddp"}, 8, "nproc=0 is not valid; expected 1 or more"),
+    ({"nproc": 2}, 8, "nproc=2 is not valid; expected 1 with parallel=none (set parallel=ddp or parallel=fsdp2 to run "
+                      "more processes)"),
+    ({"nproc": 2, "parallel": "ddp", "grad_accum": 2}, 6,
+     "nproc=2 is not valid; expected a count whose product with grad_accum=2 divides the global batch size 6"),
+    ({"nproc": 2, "parallel": "ddp", "grad_accum": 2}, 12, None),
+    ({"ddp_bucket_mb": 0, "parallel": "ddp"}, 8, "ddp_bucket_mb=0 is not valid; expected 1 or more (MiB)"),
+    ({"ddp_bucket_mb": 1, "parallel": "ddp"}, 8, None),
+    ({"ddp_bucket_mb": 24}, 8, f"parallel='none' is not valid; expected {_DDP}"),
+    ({"ddp_grad_as_bucket_view": True}, 8, f"parallel='none' is not valid; expected {_DDP}"),
+    ({"ddp_comm_hook": "bf16_compress"}, 8, f"parallel='none' is not valid; expected {_DDP}"),
+    ({"fsdp_blocks_per_unit": -1, "parallel": "fsdp2"}, 8,
+     "fsdp_blocks_per_unit=-1 is not valid; expected 0 (the whole model in the root unit) or a positive count of blocks"),
+    ({"fsdp_blocks_per_unit": 0, "parallel": "fsdp2"}, 8, None),
+    ({"fsdp_reshard_after_forward": False}, 8, f"parallel='none' is not valid; expected {_FSDP}"),
+    ({"fsdp_param_dtype": "bf16"}, 8, f"parallel='none' is not valid; expected {_FSDP}"),
+    ({"fsdp_blocks_per_unit": 2}, 8, f"parallel='none' is not valid; expected {_FSDP}"),
+    ({"weight_dtype": "bf16", "precision": "fp16"}, 8,
+     "precision='fp16' is not valid; expected bf16 with weight_dtype=bf16 (the matmuls run in the weights' dtype; fp16 "
+     "loss scaling needs fp32 weights)"),
+    ({"weight_dtype": "bf16", "precision": "bf16", "parallel": "fsdp2"}, 8,
+     "parallel='fsdp2' is not valid; expected none or ddp with weight_dtype=bf16 (under fsdp2, fsdp_param_dtype=bf16 "
+     "gathers bf16 copies of fp32 shards)"),
+    ({"loss_chunk_tokens": 0, "loss": "chunked"}, 8, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
+    ({"loss_chunk_tokens": 1, "loss": "chunked"}, 8, None),
+    ({"loss_chunk_tokens": 4096}, 8, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
+    ({"fp8": "head", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=head {_FP8}"),
+    ({"fp8": "all", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=all {_FP8}"),
+    ({"fp8": "all", "loss": "inline"}, 8, None),
+])
+def test_each_impossible_combination_is_refused_in_full_and_its_edge_allowed(knobs: dict, batch: int,
+                                                                             message: str | None) -> None:
+    if message is None:
+        check_combination("variants.x.", RunSettings(**knobs), batch)
+        return
+    with pytest.raises(LabError) as err:
+        check_combination("variants.x.", RunSettings(**knobs), batch)
+    assert str(err.value) == "variants.x." + message
