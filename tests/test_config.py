@@ -582,3 +582,19 @@ def test_each_impossible_combination_is_refused_in_full_and_its_edge_allowed(kno
     with pytest.raises(LabError) as err:
         check_combination("variants.x.", RunSettings(**knobs), batch)
     assert str(err.value) == "variants.x." + message
+
+
+def test_the_matrix_s_own_refusals_read_in_full() -> None:
+    data = micro_params()
+    names = ", ".join(data["variants"])
+    for change, message in [
+        ({"variants": {}}, "variants={} is not valid; expected at least one variant, e.g. `fp32_baseline: {}` (the "
+                           "matrix the bench and aggregate stages run)"),
+        ({"variants": {**data["variants"], "9bad": {}}},
+         "variants='9bad' is not valid; expected names of letters, digits and underscores (not starting with a "
+         "digit), at most 64 long"),
+        ({"aggregate": {**data.get("aggregate", {}), "baseline": "nope"}},
+         f"aggregate.baseline='nope' is not valid; expected {names}")]:
+        with pytest.raises(LabError) as err:
+            parse_params({**data, **change})
+        assert str(err.value) == message
