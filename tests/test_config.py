@@ -598,3 +598,28 @@ def test_the_matrix_s_own_refusals_read_in_full() -> None:
         with pytest.raises(LabError) as err:
             parse_params({**data, **change})
         assert str(err.value) == message
+
+
+def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_process() -> None:
+    data = micro_params()
+    names = ", ".join(data["variants"])
+    one = ("is not valid; expected a one-process variant (parity trains in one process; run a parallel variant's "
+           "one-process counterpart)")
+    for change, message in [
+        ({"aggregate": {**data["aggregate"], "fallback_baselines": ["bf16", "nope"]}},
+         f"aggregate.fallback_baselines='nope' is not valid; expected {names}"),
+        ({"aggregate": {**data["aggregate"], "ours": ["nope"]}}, f"aggregate.ours='nope' is not valid; expected {names}"),
+        ({"profile": {**data["profile"], "variants": ["nope"]}}, f"profile.variants='nope' is not valid; expected {names}"),
+        ({"parity": {**data["parity"], "variants": ["bf16"], "reference": "nope"}},
+         f"parity.reference='nope' is not valid; expected {names}"),
+        ({"parity": {**data["parity"], "variants": ["nope"]}}, f"parity.variants='nope' is not valid; expected {names}"),
+        ({"parity": {**data["parity"], "variants": ["ddp_2"]}}, f"parity.variants='ddp_2' {one}"),
+        ({"parity": {**data["parity"], "variants": ["bf16"], "reference": "ddp_2"}}, f"parity.reference='ddp_2' {one}")]:
+        with pytest.raises(LabError) as err:
+            parse_params({**data, **change})
+        assert str(err.value) == message
+    # Without parity variants the reference is never trained, so it is not checked; the default fallbacks and
+    # ours name variants a matrix need not have.
+    parse_params({**data, "parity": {**data["parity"], "variants": [], "reference": "nope"}})
+    small = {k: data["variants"][k] for k in ("fp32_baseline", "bf16")}
+    parse_params({**data, "variants": small, "profile": {**data["profile"], "variants": []}})
