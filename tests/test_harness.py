@@ -414,3 +414,8 @@ def test_a_gpu_is_named_by_the_uuid_of_the_card_it_means(monkeypatch: pytest.Mon
     assert harness.device_uuid(torch.device("cuda", 1)) == "uuid-of-1"
     assert harness.device_uuid(torch.device("cuda")) == "uuid-of-3"  # `cuda` alone: the current card
     assert harness.device_uuid(torch.device("cpu")) is None
+
+
+def test_nvidia_smi_lines_without_a_numeric_pid_are_not_processes() -> None:
+    out = "123, GPU-aaa\n[Not Supported], GPU-bbb\nNo running processes found\n 77 , GPU-ccc \n"
+    assert harness._apps(out) == [("123", "GPU-aaa"), ("77", "GPU-ccc")]

@@ -634,3 +634,16 @@ def test_the_table_sorts_kinds_by_the_aggregate_s_own_baseline() -> None:
     rows, note = table([result("fp32_baseline", 100.0, 5.0, 1000.0), result("tf32", 120.0, 5.0, 1000.0)],
                        AggregateParams(baseline="fp32_baseline", reference="recipe", ours=[]), {})
     assert [r["kind"] for r in rows] == ["seed", "seed"] and note.endswith("aggregate.baseline.")
+
+
+def test_the_tables_list_the_top_25_by_default() -> None:
+    from benchlab.profiling import cpu_ops_markdown
+
+    events = [{"cat": "kernel", "name": f"kernel_{i}", "ts": i * 10, "dur": 100 + i} for i in range(30)]
+    assert kernel_markdown(kernel_summary(events, steps=1)).count("| `kernel_") == 25
+
+    class Many(FakeProfile):
+        def key_averages(self) -> list:
+            return [self.Op(f"aten::op{i}", 1, 10.0 + i) for i in range(30)]
+
+    assert cpu_ops_markdown(Many([]), steps=1).count("| `aten::op") == 25
