@@ -118,3 +118,22 @@ def test_every_committed_run_names_its_machine() -> None:
     for env_file in env_files:
         env = json.loads(env_file.read_text())
         assert env.get("gpu") or env.get("cpu"), env_file
+
+
+def test_mutation_scores_count_a_verdict_file_by_module(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import mutation_scores
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    verdicts = tmp_path / "v.txt"
+    verdicts.write_text("# machine and date\nbenchlab.stats.x_describe__mutmut_1: killed\n"
+                        "benchlab.stats.x_describe__mutmut_2: survived\nbenchlab.heads.chunked.xǁCǁf__mutmut_1: timeout\n"
+                        "benchlab.heads.chunked.x_g__mutmut_1: killed\n")
+    counts = mutation_scores.scores_from_verdicts(verdicts)
+    assert counts == {"benchlab/heads/chunked.py": {"timeout": 1, "killed": 1},
+                      "benchlab/stats.py": {"killed": 1, "survived": 1}}
+    lines = mutation_scores.table(counts).splitlines()
+    assert lines[2] == "| benchlab/heads/chunked.py | 2 | 1 | 1 | 0 | 0 | 0 | 100.0 |"  # a hang is caught too
+    assert lines[3] == "| benchlab/stats.py | 2 | 1 | 0 | 1 | 0 | 0 | 50.0 |"
+    assert lines[4] == "| all | 4 | 2 | 1 | 1 | 0 | 0 | 75.0 |"
