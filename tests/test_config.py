@@ -623,3 +623,80 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     parse_params({**data, "parity": {**data["parity"], "variants": [], "reference": "nope"}})
     small = {k: data["variants"][k] for k in ("fp32_baseline", "bf16")}
     parse_params({**data, "variants": small, "profile": {**data["profile"], "variants": []}})
+
+
+@pytest.mark.parametrize(("section", "values", "message"), [
+    ("DataParams", {"vocab_size": 256}, "data.vocab_size=256 is not valid; expected at least 257 (256 bytes + end-of-text)"),
+    ("DataParams", {"vocab_size": 257}, None),
+    ("DataParams", {"vocab_size": 2**32 + 1},
+     "data.vocab_size=4294967297 is not valid; expected at most 4294967296 (tokens are stored as uint32)"),
+    ("DataParams", {"vocab_size": 2**32}, None),
+    ("DataParams", {"val_fraction": 0.0}, "data.val_fraction=0.0 is not valid; expected between 0 and 0.5, exclusive"),
+    ("DataParams", {"val_fraction": 0.5}, "data.val_fraction=0.5 is not valid; expected between 0 and 0.5, exclusive"),
+    ("DataParams", {"val_fraction": 0.49}, None),
+    ("DataParams", {"tokenizer_sample_bytes": -1}, "data.tokenizer_sample_bytes=-1 is not valid; expected 0 (the whole "
+                                                   "corpus) or a positive byte count such as 100000000"),
+    ("DataParams", {"tokenizer_sample_bytes": 0}, None),
+    ("DataParams", {"text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
+    ("DataParams", {"eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
+    ("TrainParams", {"batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
+    ("TrainParams", {"block_size": 0}, "train.block_size=0 is not valid; expected a positive integer"),
+    ("TrainParams", {"steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
+    ("TrainParams", {"batch_size": 1, "block_size": 1, "steps": 1}, None),
+    ("TrainParams", {"lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
+    ("TrainParams", {"min_lr": -0.1}, "train.min_lr=-0.1 is not valid; expected between 0 and train.lr=0.001"),
+    ("TrainParams", {"min_lr": 2e-3}, "train.min_lr=0.002 is not valid; expected between 0 and train.lr=0.001"),
+    ("TrainParams", {"min_lr": 1e-3}, None),
+    ("TrainParams", {"lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
+    ("TrainParams", {"weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
+    ("TrainParams", {"grad_clip": -0.1}, "train.grad_clip=-0.1 is not valid; expected 0 (off) or more"),
+    ("TrainParams", {"grad_clip": 0.0, "weight_decay": 0.0, "lr_warmup_steps": 0, "min_lr": 0.0}, None),
+    ("BenchParams", {"warmup_steps": 0}, "bench.warmup_steps=0 is not valid; expected 1 or more"),
+    ("BenchParams", {"steps": 11, "warmup_steps": 10}, "bench.steps=11 is not valid; expected at least bench.warmup_steps "
+                                                       "+ 2 = 12, so that two or more steps are timed"),
+    ("BenchParams", {"steps": 3, "warmup_steps": 1}, None),
+    ("BenchParams", {"repeats": 0}, "bench.repeats=0 is not valid; expected 1 or more"),
+    ("BenchParams", {"steady_tolerance": 0.0}, "bench.steady_tolerance=0.0 is not valid; expected a positive fraction"),
+    ("BenchParams", {"memory_cap_gib": -1.0}, "bench.memory_cap_gib=-1.0 is not valid; expected 0 (no cap) or the GiB "
+                                              "of the card to answer for, e.g. 24"),
+    ("BenchParams", {"memory_cap_gib": 0.0, "repeats": 1}, None),
+    ("EvalParams", {"batches": 0}, "eval.batches=0 is not valid; expected a positive integer"),
+    ("EvalParams", {"batches": 1}, None),
+    ("AggregateParams", {"loss_tolerance": 0.0}, "aggregate.loss_tolerance=0.0 is not valid; expected a positive number"),
+    ("AggregateParams", {"repeat_tolerance": -0.1}, "aggregate.repeat_tolerance=-0.1 is not valid; expected 0 or more"),
+    ("AggregateParams", {"repeat_tolerance": 0.0}, None),
+    ("ProfileParams", {"steps": 0}, "profile.steps=0 is not valid; expected a positive integer"),
+    ("ProfileParams", {"steps": 1}, None),
+    ("ParityParams", {"steps": 1, "tail_steps": 1}, "parity.steps=1 is not valid; expected 2 or more"),
+    ("ParityParams", {"steps": 2, "tail_steps": 2}, None),
+    ("ParityParams", {"tail_steps": 0}, "parity.tail_steps=0 is not valid; expected between 1 and parity.steps=150"),
+    ("ParityParams", {"steps": 10, "tail_steps": 11}, "parity.tail_steps=11 is not valid; expected between 1 and "
+                                                      "parity.steps=10"),
+    ("ParityParams", {"tail_steps": 1}, None),
+    ("ParityParams", {"tolerance": 0.0}, "parity.tolerance=0.0 is not valid; expected a positive number of nats, e.g. 0.05"),
+    ("ParityParams", {"seeds": [1]}, "parity.seeds=[1] is not valid; expected two different integers, e.g. [1, 2]"),
+    ("ParityParams", {"seeds": [1, 1]}, "parity.seeds=[1, 1] is not valid; expected two different integers, e.g. [1, 2]"),
+    ("ParityParams", {"seeds": [1, 2, 3]}, "parity.seeds=[1, 2, 3] is not valid; expected two different integers, e.g. "
+                                           "[1, 2]"),
+    ("ParityParams", {"reference": "a", "variants": ["a"]},
+     "parity.variants=['a'] is not valid; expected variants other than the reference a (its two seeds are its own check)"),
+    ("SearchParams", {"budget_s": 0.0}, "search.budget_s=0.0 is not valid; expected a positive number of seconds, e.g. 1800"),
+    ("SearchParams", {"max_candidates": 0}, "search.max_candidates=0 is not valid; expected 1 or more"),
+    ("SearchParams", {"confirm": 0}, "search.confirm=0 is not valid; expected 1 or more"),
+    ("SearchParams", {"repeats": -1}, "search.repeats=-1 is not valid; expected 0 or more"),
+    ("SearchParams", {"repeats": 0, "max_candidates": 1, "confirm": 1}, None),
+    ("SearchParams", {"lean_floor": 0.0}, "search.lean_floor=0.0 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
+    ("SearchParams", {"lean_floor": 1.0}, None),
+    ("SearchParams", {"lean_floor": 1.01}, "search.lean_floor=1.01 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
+])
+def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: str, values: dict,
+                                                                     message: str | None) -> None:
+    from benchlab import config
+
+    make = getattr(config, section)
+    if message is None:
+        assert all(getattr(make(**values), k) == v for k, v in values.items())
+        return
+    with pytest.raises(LabError) as err:
+        make(**values)
+    assert str(err.value) == message
