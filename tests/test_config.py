@@ -700,3 +700,65 @@ def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: st
     with pytest.raises(LabError) as err:
         make(**values)
     assert str(err.value) == message
+
+
+def _with(data: dict, section: str, **values: object) -> dict:
+    return {**data, section: {**data[section], **values}}
+
+
+def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> None:
+    data = micro_params()
+    for bad, message in [
+        ({**data, "compile": "yes"}, "compile='yes' is not valid; expected true or false"),
+        (_with(data, "train", steps=True), "train.steps=True is not valid; expected an integer"),
+        (_with(data, "train", steps="5"), "train.steps='5' is not valid; expected an integer"),
+        (_with(data, "train", lr=True), "train.lr=True is not valid; expected a number"),
+        (_with(data, "train", lr="fast"), "train.lr='fast' is not valid; expected a number"),
+        (_with(data, "data", corpus=5), "data.corpus=5 is not valid; expected a string"),
+        (_with(data, "profile", variants="recipe"), "profile.variants='recipe' is not valid; expected a list"),
+        (_with(data, "profile", variants=["recipe", 3]), "profile.variants[1]=3 is not valid; expected a string"),
+        ({**data, "variants": ["a"]}, "variants=['a'] is not valid; expected a mapping"),
+        ({**data, "variants": {**data["variants"], "x": {"compile": "no"}}},
+         "variants.x.compile='no' is not valid; expected true or false"),
+        ([1], "params.yaml must be a mapping, got [1]"),
+        ({**data, "presets": {**data["presets"], "gpt2_124m": {"train": {"lr": "x"}}}},
+         "presets.gpt2_124m: train.lr='x' is not valid; expected a number"),
+        ({**data, "batch_size": 4}, "batch_size=... at the top level is not valid; set train.batch_size (variants set "
+                                    "batch_size)"),
+        ({**data, "run": {}}, f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}"),
+        (_with(data, "train", nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
+                                       "steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip")]:
+        with pytest.raises(LabError) as err:
+            parse_params(bad)
+        assert str(err.value) == message
+    assert parse_params(_with(data, "train", lr="2e-3")).train.lr == 2e-3  # YAML reads 2e-3 as text
+    assert parse_params(data).preset == "cpu"
+
+
+def test_an_unknown_top_level_key_lists_every_valid_one_sorted() -> None:
+    with pytest.raises(LabError) as err:
+        parse_params({**micro_params(), "nope": 1})
+    head, valid = str(err.value).split("; valid keys: ")
+    keys = valid.split(", ")
+    assert head == "unknown key 'nope'" and keys == sorted(keys)
+    assert {"preset", "presets", "train", "variants", "device", "seed", "compile", "precision"} <= set(keys)
+    assert "batch_size" not in keys and "run" not in keys and len(keys) == len(set(keys))
+    assert set(KNOBS) - {"batch_size"} <= set(keys)
+
+
+def test_a_section_is_a_mapping_or_empty() -> None:
+    from benchlab.config import EvalParams, TrainParams, parse
+
+    assert parse(EvalParams, None, "eval") == EvalParams()  # `eval:` with nothing under it: the defaults
+    with pytest.raises(LabError) as err:
+        parse(TrainParams, [1], "train")
+    assert str(err.value) == "train must be a mapping, got [1]"
+    with pytest.raises(LabError) as err:
+        parse(TrainParams, [1], "")
+    assert str(err.value) == "params.yaml must be a mapping, got [1]"
+    with pytest.raises(LabError) as err:
+        parse(TrainParams, {"nope": 1}, "")
+    assert str(err.value).startswith("unknown key 'nope'; valid keys: batch_size, ")
+    with pytest.raises(LabError) as err:
+        parse(TrainParams, {"steps": "x"}, "")
+    assert str(err.value) == "steps='x' is not valid; expected an integer"
