@@ -77,3 +77,50 @@ def test_bad_configs_say_what_to_fix(kwargs: dict, message: str) -> None:
 def test_sequence_longer_than_context_is_refused() -> None:
     with pytest.raises(ValueError, match="exceeds block_size=16"):
         tiny()(torch.zeros(1, 17, dtype=torch.long))
+
+
+def reference_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """GPT-2's forward written out from the weights: a second implementation to hold the model to."""
+    F = torch.nn.functional
+    cfg = model.cfg
+    T, hs = idx.size(1), cfg.n_embd // cfg.n_head
+    x = model.wte.weight[idx] + model.wpe.weight[:T]
+    for b in model.blocks:
+        h = F.layer_norm(x, (cfg.n_embd,), b.ln_1.weight)
+        q, k, v = (h @ b.attn.qkv.weight.T).split(cfg.n_embd, dim=2)
+        q, k, v = (t.view(*idx.shape, cfg.n_head, hs).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(2, 3) / hs**0.5
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(*idx.shape, cfg.n_embd)
+        x = x + y @ b.attn.proj.weight.T
+        h = F.layer_norm(x, (cfg.n_embd,), b.ln_2.weight)
+        u = h @ b.mlp.fc.weight.T
+        gelu = 0.5 * u * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (u + 0.044715 * u**3)))
+        x = x + gelu @ b.mlp.proj.weight.T
+    return F.layer_norm(x, (cfg.n_embd,), model.ln_f.weight) @ model.wte.weight.T
+
+
+@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+def test_the_model_computes_gpt2_s_forward_as_written_out(attention: str) -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention=attention))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)  # large enough that tanh-GELU and exact GELU, or a flipped sign, differ plainly
+    idx = torch.randint(0, 64, (2, 5))  # 5 positions, head size 16: a scale by the wrong one shows
+    logits, _ = model(idx)
+    torch.testing.assert_close(logits, reference_logits(model, idx), rtol=1e-5, atol=1e-5)
+
+
+def test_parameter_counts_leave_out_position_embeddings_by_default() -> None:
+    model = tiny()
+    total = sum(p.numel() for p in model.parameters())
+    assert model.num_params(non_embedding=False) == total
+    assert model.num_params() == total - model.cfg.block_size * model.cfg.n_embd
+
+
+def test_an_unknown_preset_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError) as err:
+        GPTConfig.from_name("gpt5")
+    assert str(err.value) == f"unknown model preset 'gpt5'; valid: {', '.join(PRESETS)}"
+
