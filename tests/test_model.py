@@ -124,3 +124,25 @@ def test_an_unknown_preset_names_the_valid_ones() -> None:
         GPTConfig.from_name("gpt5")
     assert str(err.value) == f"unknown model preset 'gpt5'; valid: {', '.join(PRESETS)}"
 
+
+
+def test_bad_configs_and_a_missing_vocabulary_are_refused_in_full() -> None:
+    with pytest.raises(ValueError) as err:
+        GPTConfig(n_layer=2, n_head=3, n_embd=32, block_size=16, vocab_size=64)
+    assert str(err.value) == "n_embd=32 is not divisible by n_head=3; choose a head count that divides the width"
+    with pytest.raises(ValueError) as err:
+        GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16))
+    assert str(err.value) == "GPTConfig.vocab_size is unset; fill it from the data before building the model"
+
+
+def test_weights_start_as_gpt2_s_normal_with_the_residual_projections_scaled_down() -> None:
+    torch.manual_seed(0)
+    layers = 3
+    model = GPT(GPTConfig(n_layer=layers, n_head=4, n_embd=256, block_size=256, vocab_size=512))
+    scaled = 0.02 / (2 * layers) ** 0.5
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue  # LayerNorm weights start at 1
+        want = scaled if name.endswith(".proj.weight") else 0.02
+        assert abs(p.float().mean().item()) < 0.1 * want, name
+        assert p.float().std().item() == pytest.approx(want, rel=0.05), name
