@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch._functorch.config
 
+from benchlab.errors import LabError
 from benchlab import optimize
 from benchlab.config import TrainParams
 from benchlab.io import atomic_path, write_json
@@ -396,3 +397,34 @@ def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch)
     seen.clear()
     apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead"), torch.device("cpu"), TrainParams())
     assert seen == ["reduce-overhead"]  # the loss head alone
+
+
+def test_the_device_auto_picks_and_cuda_without_a_gpu_is_refused_naming_the_build(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.optimize import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(LabError) as err:
+        resolve_device("cuda")
+    assert str(err.value) == (f"device='cuda' but torch {torch.__version__} (a CPU build) sees no CUDA GPU; install a "
+                              "CUDA build of torch (README, On your GPU), or use device=auto or device=cpu (preset=cpu)")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(LabError, match=r"\(built for CUDA 13.0\) sees no CUDA GPU"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda") and resolve_device("cuda") == torch.device("cuda")
+
+
+def test_selective_checkpointing_keeps_matmul_and_attention_outputs_and_recomputes_the_rest() -> None:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from benchlab.optimize import _keep_matmuls
+
+    for op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+               torch.ops.aten._scaled_dot_product_flash_attention.default):
+        assert _keep_matmuls(None, op) == CheckpointPolicy.MUST_SAVE
+    for op in (torch.ops.aten.add.Tensor, torch.ops.aten.gelu.default, torch.ops.aten.native_layer_norm.default):
+        assert _keep_matmuls(None, op) == CheckpointPolicy.PREFER_RECOMPUTE
