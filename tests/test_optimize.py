@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch._functorch.config
 
-from benchlab.errors import LabError
 from benchlab import optimize
 from benchlab.config import TrainParams
+from benchlab.errors import LabError
 from benchlab.io import atomic_path, write_json
 from benchlab.knobs import STEPS, Optimizer, RunSettings
 from benchlab.optimize import apply, device_facts, make_optimizer, set_lr, to_float8
