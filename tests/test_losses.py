@@ -317,3 +317,17 @@ def test_library_losses_get_hidden_states_weight_and_targets(kind: str, module: 
     assert kwargs == ({"filter_eps": None} if kind == "cce" else {})
     out.backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("kind", "module", "message"), [
+    ("fused", "liger_kernel.transformers", "loss=fused needs liger-kernel: pip install -r requirements-gpu.txt"),
+    ("cce", "cut_cross_entropy", "loss=cce needs cut-cross-entropy: pip install -r requirements-gpu.txt")])
+def test_a_library_head_without_its_library_says_what_to_install(monkeypatch: pytest.MonkeyPatch, kind: str,
+                                                                  module: str, message: str) -> None:
+    from benchlab.heads.library import library_loss
+
+    monkeypatch.setitem(sys.modules, module, None)  # a None entry makes the import fail
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    with pytest.raises(RuntimeError) as err:
+        library_loss(model, model.features, kind)
+    assert str(err.value) == message and isinstance(err.value.__cause__, ImportError)
