@@ -428,3 +428,33 @@ def test_selective_checkpointing_keeps_matmul_and_attention_outputs_and_recomput
         assert _keep_matmuls(None, op) == CheckpointPolicy.MUST_SAVE
     for op in (torch.ops.aten.add.Tensor, torch.ops.aten.gelu.default, torch.ops.aten.native_layer_norm.default):
         assert _keep_matmuls(None, op) == CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab.skips import DeviceFacts
+
+    gpu = torch.device("cuda", 1)
+    asked: list = []
+    present = {"triton": True, "torchao": False, "liger_kernel": True, "cut_cross_entropy": False}
+    monkeypatch.setattr(optimize.importlib.util, "find_spec", lambda name: object() if present[name] else None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: asked.append(d) or (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(optimize, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
+    monkeypatch.setattr(optimize.os, "cpu_count", lambda: 16)
+    assert optimize.device_facts(gpu) == DeviceFacts(
+        kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=False, liger=True,
+        liger_version="0.8.5", cce=False, gpu_count=2, cpu_count=16)
+    assert asked == [gpu, gpu]
+    present.update(torchao=True)
+    monkeypatch.setenv("CXX", "clang++")
+    monkeypatch.setattr(optimize.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
+    assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+                                                                     cpu_count=16)
+    monkeypatch.delenv("CXX")  # g++ by default
+    assert optimize.device_facts(torch.device("cpu")).cxx is False
+    monkeypatch.setattr(optimize.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    monkeypatch.setattr(optimize.os, "cpu_count", lambda: None)  # unknown: one core
+    assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+                                                                     cpu_count=1)
