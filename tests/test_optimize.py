@@ -244,6 +244,7 @@ def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
     run.clip_gradients(0.05)
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, run.model.parameters()))  # not rescaled in memory
     assert float(run.optimizer.grad_scale) == pytest.approx(float(norm) / 0.05, rel=1e-5)
+    assert torch.equal(run.optimizer.grad_scale, (norm.float() + 1e-6) / 0.05)  # clip_grad_norm_'s epsilon, exactly
     assert float(norm) > 0.05
 
 
@@ -458,3 +459,34 @@ def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: py
     monkeypatch.setattr(optimize.os, "cpu_count", lambda: None)  # unknown: one core
     assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
                                                                      cpu_count=1)
+
+
+def test_blocks_are_wrapped_for_full_or_selective_recomputation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed.algorithms._checkpoint.checkpoint_wrapper as wrapper_module
+    import torch.utils.checkpoint as checkpoint_module
+
+    wrapped: list = []
+    monkeypatch.setattr(wrapper_module, "checkpoint_wrapper",
+                        lambda block, **kw: wrapped.append((block, kw)) or torch.nn.Identity())
+    def contexts(*args: object) -> None:  # torch's selective-checkpoint context maker
+        return None
+
+    monkeypatch.setattr(checkpoint_module, "create_selective_checkpoint_contexts", contexts)
+    model = _tiny()
+    blocks = list(model.blocks)
+    optimize.checkpoint_blocks(model, "full")
+    assert wrapped == [(b, {"preserve_rng_state": False}) for b in blocks]
+    wrapped.clear()
+    model = _tiny()
+    blocks = list(model.blocks)
+    optimize.checkpoint_blocks(model, "selective")
+    assert [(block, kw["preserve_rng_state"]) for block, kw in wrapped] == [(b, False) for b in blocks]
+    policy = wrapped[0][1]["context_fn"]
+    assert (policy.func, policy.args) == (contexts, (optimize._keep_matmuls,))
+    assert all(isinstance(b, torch.nn.Identity) for b in model.blocks)  # each block replaced by its wrapper
+
+
+def test_a_gpu_run_s_autocast_takes_the_run_s_dtype_not_the_device_default() -> None:
+    run = optimize.TrainingRun(_tiny(), None, None, None, torch.device("cuda"), RunSettings(precision="bf16"))  # type: ignore[arg-type]
+    with pytest.warns(UserWarning):  # no CUDA here: autocast says it is disabled, but keeps the dtype asked
+        assert run.autocast().fast_dtype == torch.bfloat16  # CUDA's own default would be fp16
