@@ -527,12 +527,12 @@ def test_a_yaml_error_is_named_by_its_problem_and_line_or_by_its_kind(tmp_path: 
                               "column 1; fix that line")
 
     def unmarked(text: str) -> None:
-        raise yaml.constructor.ConstructorError()  # no problem text, no position
+        raise yaml.YAMLError()  # no problem text, no position: not even the attributes
 
     monkeypatch.setattr(yaml, "safe_load", unmarked)
     with pytest.raises(LabError) as err:
         load_params(bad)
-    assert str(err.value) == f"{bad} is not valid YAML: ConstructorError; fix that line"
+    assert str(err.value) == f"{bad} is not valid YAML: YAMLError; fix that line"
 
 
 _DDP = "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set"
@@ -573,6 +573,8 @@ _FP8 = ("(the chunked, fused, cce and onepass heads multiply by the output weigh
     ({"fp8": "head", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=head {_FP8}"),
     ({"fp8": "all", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=all {_FP8}"),
     ({"fp8": "all", "loss": "inline"}, 8, None),
+    ({"parallel": "fsdp2", "nproc": 2, "loss": "fused"}, 8, "loss='fused' is not valid; expected standard or chunked "
+     "with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)"),
 ])
 def test_each_impossible_combination_is_refused_in_full_and_its_edge_allowed(knobs: dict, batch: int,
                                                                              message: str | None) -> None:
@@ -686,7 +688,7 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     ("SearchParams", {"repeats": -1}, "search.repeats=-1 is not valid; expected 0 or more"),
     ("SearchParams", {"repeats": 0, "max_candidates": 1, "confirm": 1}, None),
     ("SearchParams", {"lean_floor": 0.0}, "search.lean_floor=0.0 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
-    ("SearchParams", {"lean_floor": 1.0}, None),
+    ("SearchParams", {"lean_floor": 1.0, "budget_s": 0.5}, None),
     ("SearchParams", {"lean_floor": 1.01}, "search.lean_floor=1.01 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
 ])
 def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: str, values: dict,
@@ -726,13 +728,25 @@ def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> No
         ({**data, "batch_size": 4}, "batch_size=... at the top level is not valid; set train.batch_size (variants set "
                                     "batch_size)"),
         ({**data, "run": {}}, f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}"),
+        ({**data, "variants": {**data["variants"], "x": {"batch_size": "a"}}},
+         "variants.x.batch_size='a' is not valid; expected an integer"),  # an optional field names its own key
         (_with(data, "train", nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
-                                       "steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip")]:
+                                       "steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip"),
+        (_with(data, "train", fused_adamw=True), "unknown key 'train.fused_adamw'; valid keys under train: "
+         "batch_size, block_size, steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip")]:  # not a knob there
         with pytest.raises(LabError) as err:
             parse_params(bad)
         assert str(err.value) == message
     assert parse_params(_with(data, "train", lr="2e-3")).train.lr == 2e-3  # YAML reads 2e-3 as text
     assert parse_params(data).preset == "cpu"
+    assert parse_params({**data, "preset": "gpt2_124m"}).preset == "gpt2_124m"
+    assert parse_params({k: v for k, v in data.items() if k not in ("preset", "presets")}).preset == "cpu"
+
+
+def test_params_yaml_is_read_from_the_working_folder_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(micro_params(seed=11)))
+    monkeypatch.chdir(tmp_path)
+    assert load_params().seed == 11
 
 
 def test_an_unknown_top_level_key_lists_every_valid_one_sorted() -> None:
