@@ -316,7 +316,9 @@ def test_the_candidates_file_quotes_what_a_comma_or_quote_would_break(tmp_path: 
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
     journal.add(Run("start", {}, "singles", "ok", tokens_per_sec=100.0, peak_mem_mb=5.0, wall_s=1.0))
     journal.add(Run("loss=cce", {"loss": "cce"}, "singles", "refused", message='needs "cce", or use loss=chunked'))
-    rows = list(csv.DictReader(search.candidates_csv(journal, 100.0).splitlines()))
+    text = search.candidates_csv(journal, 100.0)
+    assert "\r" not in text and text.endswith("\n")  # plain newlines, as every other file the lab writes
+    rows = list(csv.DictReader(text.splitlines()))
     assert rows[1]["message"] == 'needs "cce", or use loss=chunked' and rows[1]["tokens_per_sec"] == ""
     assert rows[0]["ratio_to_start"] == "1" and rows[0]["peak_mem_mb"] == "5"
     out = search.summary({"status": "ok", "start": journal.get("singles", "start")}, journal, limits(budget_s=60))
@@ -357,3 +359,29 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     again = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
     assert again.returncode == 0 and "#" not in again.stdout and "parity of" not in again.stdout, again.stdout
     assert json.loads((workdir / "search.json").read_text()) == summary
+
+
+def test_the_summary_counts_refusals_and_gives_each_goal_s_own_reason(tmp_path: Path) -> None:
+    result = run_search(tmp_path, [])
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    refused = [r for r in journal.runs.values() if r.status == "refused"]
+    assert refused and all("fp8" in r.name for r in refused)  # this fake device refuses fp8 alone
+    assert search.summary(result, journal, limits())["refused"] == len(refused) < len(journal.runs)
+    done = search.summary({"status": "done", "message": "overall", "lean": {"message": "no candidate learns the same"}},
+                          journal, limits())
+    assert done["lean"] == "none: no candidate learns the same" and done["fastest"] == "none: overall"
+
+
+def test_a_budget_that_allows_no_run_says_so(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    result = Search(RECIPE, no_fp8_on_this_device, fake_measure([]), passes_all, journal, limits(budget_s=0),
+                    log=lambda _: None).run()
+    assert result == {"status": "failed", "message": "the recipe itself did not run (the budget allowed no run)"}
+
+
+def test_a_combination_the_knobs_refuse_is_refused_by_their_own_message() -> None:
+    rules = search.rules_for(DeviceFacts(kind="cpu", name="cpu", cxx=True), batch=8)
+    assert rules(RunSettings(nproc=2)) == ("nproc=2 is not valid; expected 1 with parallel=none (set parallel=ddp or "
+                                           "parallel=fsdp2 to run more processes)")
+    assert rules(RunSettings(precision="fp16")) == "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
+    assert rules(RunSettings()) is None
