@@ -336,3 +336,57 @@ def test_two_nodes_by_c10d_rendezvous_match_one_node_with_two_ranks(dist_workdir
         assert rec["val_loss"] == pytest.approx(standalone["val_loss"], abs=LOSS_TOL)
         assert losses(dist_workdir / f"steps{node}" / "ddp_1x2.csv") == pytest.approx(
             losses(dist_workdir / "steps" / "ddp_2.csv"), abs=LOSS_TOL)
+
+
+@pytest.mark.parametrize(("knobs", "unit_sizes", "param_dtype"), [
+    ({}, [1, 1, 1], None),
+    ({"fsdp_blocks_per_unit": 2, "fsdp_param_dtype": "bf16", "fsdp_reshard_after_forward": False}, [2, 1], torch.bfloat16),
+    ({"fsdp_blocks_per_unit": 0}, [], None)])
+def test_fsdp2_shards_block_units_then_the_root_on_one_mesh_with_its_precision(
+        monkeypatch: pytest.MonkeyPatch, knobs: dict, unit_sizes: list, param_dtype: torch.dtype | None) -> None:
+    from benchlab import optimize
+    from model.gpt import GPT, GPTConfig
+
+    calls: list = []
+    mesh, policies = object(), []
+
+    class Policy:
+        def __init__(self, **kwargs: object) -> None:
+            policies.append(kwargs)
+
+    monkeypatch.setattr("torch.distributed.device_mesh.init_device_mesh", lambda *a, **k: calls.append(("mesh", a, k))
+                        or mesh)
+    monkeypatch.setattr("torch.distributed.fsdp.MixedPrecisionPolicy", Policy)
+    monkeypatch.setattr("torch.distributed.fsdp.fully_shard", lambda module, **k: calls.append(("shard", module, k)))
+    monkeypatch.setattr("torch.distributed.fsdp.register_fsdp_forward_method",
+                        lambda module, name: calls.append(("method", module, name)))
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    settings = RunSettings(parallel="fsdp2", nproc=2, **knobs)
+    optimize.shard(model, settings, torch.device("cuda", 1))
+    assert calls[0] == ("mesh", ("cuda", (2,)), {})
+    assert policies == [{"param_dtype": param_dtype, "reduce_dtype": torch.float32}]
+    policy = calls[-2][2]["mp_policy"]  # the root's, the last shard
+    assert isinstance(policy, Policy)
+    units = [c for c in calls[1:] if c[0] == "shard" and c[1] is not model]
+    blocks = list(model.blocks)
+    expected, i = [], 0
+    for size in unit_sizes:
+        expected.append(blocks[i] if size == 1 else blocks[i : i + size])
+        i += size
+    assert [u[1] for u in units] == expected
+    assert all(u[2] == {"mesh": mesh, "mp_policy": policy, "reshard_after_forward": settings.fsdp_reshard_after_forward}
+               for u in units)
+    assert calls[-2:] == [("shard", model, {"mesh": mesh, "mp_policy": policy, "reshard_after_forward": False}),
+                          ("method", model, "features")]
+
+
+def test_ddp_on_a_gpu_names_its_card_and_on_a_cpu_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab import optimize
+
+    seen: list = []
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda module, **kw: seen.append(kw["device_ids"]))
+    wrap = optimize.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cuda", 1))
+    wrap(torch.nn.Linear(2, 2))
+    optimize.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cpu"))(torch.nn.Linear(2, 2))
+    assert seen == [[1], None]
