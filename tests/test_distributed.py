@@ -390,3 +390,22 @@ def test_ddp_on_a_gpu_names_its_card_and_on_a_cpu_none(monkeypatch: pytest.Monke
     wrap(torch.nn.Linear(2, 2))
     optimize.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cpu"))(torch.nn.Linear(2, 2))
     assert seen == [[1], None]
+
+
+def test_a_parallel_run_needs_a_process_group_and_fsdp2_shards_the_model_it_was_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchlab import optimize
+    from model.gpt import GPT, GPTConfig
+
+    model, gpu = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), torch.device("cuda", 1)
+    fsdp2 = RunSettings(parallel="fsdp2", nproc=2)
+    with pytest.raises(LabError) as err:
+        optimize.parallelize(model, fsdp2, gpu)
+    assert str(err.value) == ("parallel=fsdp2 runs under torchrun (the bench stage starts it); this process joined no "
+                              "process group")
+    sharded: list = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(optimize, "shard", lambda *args: sharded.append(args))
+    optimize.parallelize(model, fsdp2, gpu)
+    optimize.parallelize(model, RunSettings(parallel="ddp", nproc=2), gpu)  # DDP wraps later, in the loss head
+    assert sharded == [(model, fsdp2, gpu)]
