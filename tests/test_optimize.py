@@ -490,3 +490,36 @@ def test_a_gpu_run_s_autocast_takes_the_run_s_dtype_not_the_device_default() -> 
     run = optimize.TrainingRun(_tiny(), None, None, None, torch.device("cuda"), RunSettings(precision="bf16"))  # type: ignore[arg-type]
     with pytest.warns(UserWarning):  # no CUDA here: autocast says it is disabled, but keeps the dtype asked
         assert run.autocast().fast_dtype == torch.bfloat16  # CUDA's own default would be fp16
+
+
+def test_ddp_wraps_the_head_s_module_first_and_compile_wraps_ddp(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list = []
+    gpu = torch.device("cuda", 1)
+    monkeypatch.setattr(optimize, "ddp", lambda settings, device: lambda m: order.append(("ddp", settings, device, m))
+                        or "ddp-wrapped")
+    monkeypatch.setattr(optimize, "compiler", lambda settings: lambda m: order.append(("compile", m)) or "compiled")
+    settings = RunSettings(parallel="ddp", nproc=2, compile=True)
+    module = torch.nn.Linear(2, 2)
+    assert optimize.wrapper(settings, gpu)(module) == "compiled"
+    assert order == [("ddp", settings, gpu, module), ("compile", "ddp-wrapped")]
+    monkeypatch.setattr(optimize, "compiler", lambda settings: None)
+    assert optimize.wrapper(RunSettings(), gpu)(module) is module  # neither asked: the module itself
+
+
+@pytest.mark.parametrize(("precision", "wanted"), [("fp32", "highest"), ("tf32", "high"), ("bf16", "high")])
+def test_tf32_is_set_on_a_gpu_only_and_off_only_for_pure_fp32(monkeypatch: pytest.MonkeyPatch, precision: str,
+                                                               wanted: str) -> None:
+    set_to: list = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", set_to.append)
+    optimize.set_tf32(RunSettings(precision=precision), torch.device("cuda"))
+    optimize.set_tf32(RunSettings(precision=precision), torch.device("cpu"))
+    assert set_to == [wanted]
+
+
+def test_the_model_is_placed_in_its_weight_dtype_and_fp16_alone_gets_a_scaler() -> None:
+    assert next(optimize.place(_tiny(), RunSettings(), torch.device("cpu")).parameters()).dtype == torch.float32
+    bf16 = optimize.place(_tiny(), RunSettings(weight_dtype="bf16", precision="bf16"), torch.device("cpu"))
+    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    assert optimize.make_scaler(RunSettings(precision="bf16"), torch.device("cpu")) is None
+    scaler = optimize.make_scaler(RunSettings(precision="fp16"), torch.device("cpu"))
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cpu"
