@@ -523,3 +523,42 @@ def test_the_model_is_placed_in_its_weight_dtype_and_fp16_alone_gets_a_scaler() 
     assert optimize.make_scaler(RunSettings(precision="bf16"), torch.device("cpu")) is None
     scaler = optimize.make_scaler(RunSettings(precision="fp16"), torch.device("cpu"))
     assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cpu"
+
+
+def test_apply_hands_each_step_the_model_it_built_the_settings_and_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict = {}
+    model, placed = _tiny(), _tiny()
+    settings = RunSettings(fp8="blocks", activation_checkpointing="selective", compile=True)
+    device = torch.device("cpu")
+    monkeypatch.setattr(optimize, "why_not", lambda s, d: seen.setdefault("why_not", (s, d)) and None)
+    monkeypatch.setattr(optimize, "place", lambda m, s, d: seen.setdefault("place", (m, s, d)) and placed)
+    for name in ("set_tf32", "to_float8", "checkpoint_blocks", "rng_replay", "parallelize"):
+        monkeypatch.setattr(optimize, name, lambda *args, _name=name: seen.setdefault(_name, args) and None)
+    real_head = optimize.loss_head
+    monkeypatch.setattr(optimize, "loss_head", lambda m, s, d: seen.setdefault("loss_head", (m, s, d)) and
+                        real_head(m, RunSettings(), d))
+    run = apply(model, settings, device, TrainParams())
+    assert seen == {"why_not": (settings, device), "place": (model, settings, device), "set_tf32": (settings, device),
+                    "to_float8": (placed, "blocks"), "checkpoint_blocks": (placed, "selective"),
+                    "rng_replay": (settings,), "parallelize": (placed, settings, device),
+                    "loss_head": (placed, settings, device)}
+    assert run.model is placed and run.device == device and run.settings is settings
+
+
+def test_apply_refuses_what_the_device_cannot_run_by_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optimize, "why_not", lambda s, d: "precision=fp16 with loss scaling needs a CUDA GPU")
+    with pytest.raises(LabError) as err:
+        apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
+    assert str(err.value) == "precision=fp16 with loss scaling needs a CUDA GPU"
+    with pytest.raises(LabError, match="precision=fp16"):  # the real check, not a stand-in
+        monkeypatch.undo()
+        apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), TrainParams())
+
+
+def test_the_loss_head_gets_the_run_s_device_and_its_compile_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list = []
+    monkeypatch.setattr(optimize, "wrapper", lambda s, d: seen.append(d) or (lambda m: m))
+    monkeypatch.setattr(optimize, "loss_fn", lambda *a, **kw: seen.append(kw["compile_chunks"]))
+    optimize.loss_head(_tiny(), RunSettings(loss="chunked", compile=True), torch.device("cuda", 1))
+    optimize.loss_head(_tiny(), RunSettings(loss="chunked"), torch.device("cpu"))
+    assert seen == [torch.device("cuda", 1), True, torch.device("cpu"), False]
