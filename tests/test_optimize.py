@@ -436,7 +436,7 @@ def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: py
 
     gpu = torch.device("cuda", 1)
     asked: list = []
-    present = {"triton": True, "torchao": False, "liger_kernel": True, "cut_cross_entropy": False}
+    present = {"triton": True, "torchao": True, "liger_kernel": False, "cut_cross_entropy": True}
     monkeypatch.setattr(optimize.importlib.util, "find_spec", lambda name: object() if present[name] else None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: asked.append(d) or (9, 0))
@@ -445,10 +445,12 @@ def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: py
     monkeypatch.setattr(optimize, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
     monkeypatch.setattr(optimize.os, "cpu_count", lambda: 16)
     assert optimize.device_facts(gpu) == DeviceFacts(
-        kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=False, liger=True,
-        liger_version="0.8.5", cce=False, gpu_count=2, cpu_count=16)
+        kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=False,
+        liger_version="0.8.5", cce=True, gpu_count=2, cpu_count=16)
     assert asked == [gpu, gpu]
-    present.update(torchao=True)
+    monkeypatch.setattr(optimize.os, "cpu_count", lambda: None)  # unknown: one core
+    assert optimize.device_facts(gpu).cpu_count == 1
+    monkeypatch.setattr(optimize.os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CXX", "clang++")
     monkeypatch.setattr(optimize.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
     assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
@@ -511,8 +513,9 @@ def test_tf32_is_set_on_a_gpu_only_and_off_only_for_pure_fp32(monkeypatch: pytes
                                                                wanted: str) -> None:
     set_to: list = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", set_to.append)
-    optimize.set_tf32(RunSettings(precision=precision), torch.device("cuda"))
     optimize.set_tf32(RunSettings(precision=precision), torch.device("cpu"))
+    assert set_to == []  # a CPU has no TF32 to turn on or off
+    optimize.set_tf32(RunSettings(precision=precision), torch.device("cuda"))
     assert set_to == [wanted]
 
 
