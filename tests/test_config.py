@@ -704,21 +704,17 @@ def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: st
     assert str(err.value) == message
 
 
-def _with(data: dict, section: str, **values: object) -> dict:
-    return {**data, section: {**data[section], **values}}
-
-
 def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> None:
     data = micro_params()
     for bad, message in [
         ({**data, "compile": "yes"}, "compile='yes' is not valid; expected true or false"),
-        (_with(data, "train", steps=True), "train.steps=True is not valid; expected an integer"),
-        (_with(data, "train", steps="5"), "train.steps='5' is not valid; expected an integer"),
-        (_with(data, "train", lr=True), "train.lr=True is not valid; expected a number"),
-        (_with(data, "train", lr="fast"), "train.lr='fast' is not valid; expected a number"),
-        (_with(data, "data", corpus=5), "data.corpus=5 is not valid; expected a string"),
-        (_with(data, "profile", variants="recipe"), "profile.variants='recipe' is not valid; expected a list"),
-        (_with(data, "profile", variants=["recipe", 3]), "profile.variants[1]=3 is not valid; expected a string"),
+        (micro_params(train__steps=True), "train.steps=True is not valid; expected an integer"),
+        (micro_params(train__steps="5"), "train.steps='5' is not valid; expected an integer"),
+        (micro_params(train__lr=True), "train.lr=True is not valid; expected a number"),
+        (micro_params(train__lr="fast"), "train.lr='fast' is not valid; expected a number"),
+        (micro_params(data__corpus=5), "data.corpus=5 is not valid; expected a string"),
+        (micro_params(profile__variants="recipe"), "profile.variants='recipe' is not valid; expected a list"),
+        (micro_params(profile__variants=["recipe", 3]), "profile.variants[1]=3 is not valid; expected a string"),
         ({**data, "variants": ["a"]}, "variants=['a'] is not valid; expected a mapping"),
         ({**data, "variants": {**data["variants"], "x": {"compile": "no"}}},
          "variants.x.compile='no' is not valid; expected true or false"),
@@ -730,14 +726,14 @@ def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> No
         ({**data, "run": {}}, f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}"),
         ({**data, "variants": {**data["variants"], "x": {"batch_size": "a"}}},
          "variants.x.batch_size='a' is not valid; expected an integer"),  # an optional field names its own key
-        (_with(data, "train", nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
+        (micro_params(train__nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
                                        "steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip"),
-        (_with(data, "train", fused_adamw=True), "unknown key 'train.fused_adamw'; valid keys under train: "
+        (micro_params(train__fused_adamw=True), "unknown key 'train.fused_adamw'; valid keys under train: "
          "batch_size, block_size, steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip")]:  # not a knob there
         with pytest.raises(LabError) as err:
             parse_params(bad)
         assert str(err.value) == message
-    assert parse_params(_with(data, "train", lr="2e-3")).train.lr == 2e-3  # YAML reads 2e-3 as text
+    assert parse_params(micro_params(train__lr="2e-3")).train.lr == 2e-3  # YAML reads 2e-3 as text
     assert parse_params(data).preset == "cpu"
     assert parse_params({**data, "preset": "gpt2_124m"}).preset == "gpt2_124m"
     assert parse_params({k: v for k, v in data.items() if k not in ("preset", "presets")}).preset == "cpu"
