@@ -159,8 +159,8 @@ def bar_figure(rows: list[dict[str, Any]], values: list[float | None], label: st
     _legend(ax, rows, reference if ref is not None else None)
     ax.set_xlabel(label)
     ax.set_title(title)
-    ax.set_xlim(left=0)
-    ax.margins(x=0.2)  # room for the value labels right of the longest bar
+    right = max([values[i] for i in drawn] + list(ends.values()), default=0.0)
+    ax.set_xlim(0.0, 1.2 * right or 1.0)  # a fifth more than the longest bar or whisker, for its value label
     return fig
 
 

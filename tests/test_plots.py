@@ -1,6 +1,7 @@
 """The PNG plots: rows grouped and coloured by kind, a reference line, whiskers, units users think in, and every
 variant keeps a labelled row."""
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,12 @@ from matplotlib.colors import to_rgba
 import pandas as pd
 import pytest
 
+from matplotlib.testing.compare import compare_images
+
 from benchlab.plots import (ENERGY_LABEL, KIND_COLORS, MEMORY_LABELS, RESERVED_NOTE, REFERENCE_COLOR, THROUGHPUT_LABEL,
-                            WHISKER_NOTE, baseline_name, energy_figure, grouped, loss_figure, make_plots,
-                            memory_figure, read_steps, status_note, step_time_figure, throughput_figure)
+                            WHISKER_NOTE, baseline_name, batch_figure, energy_figure, grouped, loss_figure, make_plots,
+                            measured, memory_figure, memory_key, read_steps, save_png, status_note, step_time_figure,
+                            throughput_figure, whiskers)
 
 
 def row(name: str, status: str = "ok", notes: str = "", **kw: Any) -> dict[str, Any]:
@@ -89,6 +93,7 @@ def test_whiskers_show_the_interval_where_there_were_repeats() -> None:
     assert (start, end) == pytest.approx((0.9, 1.2))
     assert ax.get_xlabel() == f"{THROUGHPUT_LABEL}; {WHISKER_NOTE}"
     assert value_labels(ax)[0] == " 1.0k  1.00x" and texts(ax)[0] and ax.texts[0].get_position()[0] == 1.2
+    assert ax.get_xlim() == (0.0, pytest.approx(1.44))  # room beyond the whisker's end, not only the bar's
     plt.close(fig)
     fig = throughput_figure([row("once")])
     assert fig.axes[0].get_xlabel() == THROUGHPUT_LABEL  # no repeats: no whisker note
@@ -117,6 +122,7 @@ def test_memory_bars_are_in_gib_and_show_reserved_where_cuda_graphs_hide_the_all
     assert ax.patches[1].get_facecolor() == (1.0, 1.0, 1.0, 1.0)  # an outline, apart from the filled bars
     assert ax.patches[1].get_edgecolor() == to_rgba(KIND_COLORS["seed"])
     assert value_labels(ax) == [" 0.50", " 0.75 reserved"]
+    assert [t.get_position()[0] for t in ax.texts if t.get_text().startswith(" ")] == [0.5, 0.75]  # at the bar ends
     assert ax.get_xlabel() == f"{MEMORY_LABELS['peak_mem_allocated_mb']}; {RESERVED_NOTE}"
     assert ax.get_title() == "Peak memory by variant"
     plt.close(fig)
@@ -196,6 +202,26 @@ def test_missing_baseline_curve_is_said(steps_dir: Path) -> None:
     plt.close(fig)
 
 
+def test_loss_curves_are_drawn_against_the_csvs_own_step_numbers(tmp_path: Path) -> None:
+    header = "step,loss,lr,step_ms,timed\n"
+    for name, losses in {"a": [5.0, 4.0, 3.0], "b": [5.0, 4.0, 3.0], "c": [5.0, 4.0, 3.0], "d": [5.0, 4.5, 3.5]}.items():
+        (tmp_path / f"{name}.csv").write_text(header + "".join(f"{10 + i},{v},0.1,5.0,1\n" for i, v in enumerate(losses)))
+    rows = [row(name) for name in "abcd"]
+    fig = loss_figure(rows, read_steps(rows, tmp_path), "a")
+    ax_loss, ax_diff = fig.axes
+    assert [list(line.get_xdata()) for line in ax_loss.get_lines()] == [[10, 11, 12]] * 4
+    assert [list(line.get_xdata()) for line in ax_diff.get_lines()[:4]] == [[10, 11, 12]] * 4  # then the zero line
+    assert texts(ax_diff) == ["equal to a at every step: b, c"]
+    plt.close(fig)
+    fig = loss_figure(rows[::3], read_steps(rows, tmp_path), "a")  # a and d only: nothing equal, nothing said
+    assert texts(fig.axes[1]) == [""]
+    plt.close(fig)
+    fig = loss_figure(rows, read_steps(rows, tmp_path), None)  # no baseline named at all
+    assert fig.axes[1].get_ylabel() == "loss minus baseline (nats)"
+    assert texts(fig.axes[1]) == ["no loss curve for the baseline (none named)"]
+    plt.close(fig)
+
+
 def test_make_plots_writes_the_pngs_the_same_bytes_twice_and_finds_the_baseline(steps_dir: Path,
                                                                                tmp_path: Path) -> None:
     paths = make_plots(ROWS, steps_dir, tmp_path / "out")
@@ -262,3 +288,187 @@ def test_batch_sweep_of_cuda_graph_rows_plots_their_reserved_peak() -> None:
     assert list(ax_mem.get_lines()[0].get_ydata()) == [0.5, 2.0]
     assert ax_mem.get_ylabel().endswith("(reserved under CUDA graphs)")
     plt.close(fig)
+
+
+def test_status_note_keeps_the_first_reason_and_cuts_at_the_word_before_the_limit() -> None:
+    assert status_note(row("x", "skipped", "no GPU; and a second reason")) == "skipped: no GPU"
+    assert status_note(row("x", "skipped", "a" * 70)) == "skipped: " + "a" * 70  # at the limit: whole
+    assert status_note(row("x", "skipped", "a" * 68 + " " + "b" * 5)) == "skipped: " + "a" * 68 + "…"
+
+
+def test_value_labels_switch_format_at_a_hundred_thousand_and_ten_gib() -> None:
+    rows = [row("a", tokens_per_sec=100_000.0, speedup_x=None), row("b", tokens_per_sec=99_940.0, speedup_x=None)]
+    fig = throughput_figure(rows)
+    assert value_labels(fig.axes[0]) == [" 100k", " 99.9k"]  # no speedup, no "x"
+    assert fig.axes[0].get_title() == "Throughput by variant"  # nothing compared: no "(speedup vs ...)"
+    plt.close(fig)
+    fig = memory_figure([row("a", peak_rss_mb=10_240.0), row("b", peak_rss_mb=10_230.0)], "peak_rss_mb")
+    assert value_labels(fig.axes[0]) == [" 10.0", " 9.99"]
+    plt.close(fig)
+
+
+def test_unmeasured_names_are_grey_the_rows_run_top_down_and_a_rule_parts_the_first_two_kinds() -> None:
+    rows = [row("a"), row("b", kind="recipe"), row("c", "skipped", "no GPU", kind="recipe")]
+    fig = throughput_figure(rows)
+    ax = fig.axes[0]
+    assert [to_rgba(t.get_color()) for t in ax.get_yticklabels()] == [to_rgba("black")] * 2 + [to_rgba("0.45")]
+    assert ax.get_ylim() == (2.5, -0.5)  # the first row on top, half a row of room at each end
+    assert [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "-"] == [0.5]
+    note, = [t for t in ax.texts if t.get_text() == "skipped: no GPU"]
+    assert note.get_position() == (0.01, 2) and note.get_transform() == ax.get_yaxis_transform()
+    assert ax.get_xlim() == (0.0, pytest.approx(1.2))  # a fifth more than the longest bar, for its label
+    assert tuple(fig.get_size_inches()) == pytest.approx((9.0, 0.32 * 3 + 1.4))  # a third of an inch a row
+    plt.close(fig)
+    fig = throughput_figure([row("c", "skipped", "no GPU")])  # nothing measured: a plain axis, two rows high
+    assert fig.axes[0].get_xlim() == (0.0, 1.0) and fig.get_size_inches()[1] == pytest.approx(0.32 * 2 + 1.4)
+    plt.close(fig)
+
+
+def test_a_row_that_did_not_run_ok_has_no_figure_and_whiskers_need_both_ends() -> None:
+    assert measured(row("x", "oom", tokens_per_sec=5.0), "tokens_per_sec") is None
+    assert measured(row("x", tokens_per_sec=5.0), "tokens_per_sec") == 5.0  # unscaled by default
+    assert whiskers(row("x", tokens_per_sec_pi95_low=2.0, tokens_per_sec_pi95_high=4.0)) == (2.0, 4.0)
+    assert whiskers(row("x", tokens_per_sec_pi95_low=None, tokens_per_sec_pi95_high=4.0)) is None
+    assert whiskers(row("x", tokens_per_sec_pi95_low=2.0, tokens_per_sec_pi95_high=None)) is None
+    assert memory_key([row("a"), row("b", peak_mem_allocated_mb=1.0)]) == "peak_mem_allocated_mb"
+    assert memory_key([row("a"), row("b", peak_mem_allocated_mb=0.0)]) == "peak_rss_mb"
+
+
+def test_the_baseline_is_the_named_comparison_before_the_row_at_one_x() -> None:
+    rows = [row("first", speedup_x=1.0), row("named", speedup_x=1.0, speedup_vs="named")]
+    assert baseline_name(rows, None) == "named"
+    assert baseline_name([row("a", speedup_x=2.0)], None) is None
+    assert baseline_name([], "given") == "given"
+
+
+def test_an_energy_row_that_did_not_run_keeps_its_status_and_one_without_a_reading_says_not_measured() -> None:
+    rows = [row("gpu", tokens_per_joule=735.0), row("bare"), row("off", "skipped", "no GPU", energy_note="x")]
+    fig = energy_figure(rows, reference="gpu")
+    ax = fig.axes[0]
+    assert texts(ax)[1:] == ["not measured", "skipped: no GPU"]
+    assert ax.get_title() == "Energy by variant"
+    assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"] == [735.0]
+    plt.close(fig)
+
+
+def test_save_png_writes_at_110_dpi_cropped_to_what_is_drawn_and_closes_only_its_figure(tmp_path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    other = plt.figure()
+    save_png(fig, tmp_path / "a.png")
+    width, height = plt.imread(tmp_path / "a.png").shape[1::-1]
+    assert 300 < width < 440 and 250 < height < 330  # 4 x 3 inches at 110 dpi is 440 x 330 before the crop
+    assert not plt.fignum_exists(fig.number) and plt.fignum_exists(other.number)
+    plt.close(other)
+
+
+def test_make_plots_draws_each_figure_as_its_function_does_with_the_baseline_and_reference_given(
+        tmp_path: Path) -> None:
+    steps_dir = tmp_path / "steps"
+    steps_dir.mkdir()
+    write_look_steps(steps_dir)
+    out = tmp_path / "a" / "b"  # parents made; a second run into it is fine
+    paths = make_plots(LOOK_ROWS, steps_dir, out, reference="recipe")
+    assert [p.name for p in paths] == ["throughput.png", "memory.png", "step_times.png", "loss_curves.png",
+                                       "energy.png"]
+    for path in paths:  # the baseline from the rows' own comparison (fp32_baseline), the reference passed on
+        assert compare_images(str(FIGURES / path.name), str(path), tol=LOOK_TOLERANCE) is None, path.name
+    named = make_plots(LOOK_ROWS, steps_dir, out, baseline="bf16", reference="recipe")[3]
+    save_png(loss_figure(LOOK_GROUPED, read_steps(LOOK_ROWS, steps_dir), "bf16", "recipe"), tmp_path / "bf16.png")
+    assert compare_images(str(tmp_path / "bf16.png"), str(named), tol=LOOK_TOLERANCE) is None  # a named baseline
+
+
+# The look of each figure, pinned: one matrix of every kind of row, drawn by each figure function and saved by
+# save_png, must give the same pixels as the PNG in tests/figures/ that a person looked at. Labels, colours,
+# sizes, fonts and line styles are what a plotting module does; the tests above check what each figure says,
+# this one checks how it shows it. After a change meant to alter a figure, look at the new PNGs and rewrite the
+# references with `python -m tests.test_plots` (matplotlib is pinned, so the pixels are the same on every install).
+FIGURES = Path(__file__).parent / "figures"
+LOOK_TOLERANCE = 0.0  # RMS over all pixels: any changed pixel fails
+
+
+def look(name: str, status: str = "ok", kind: str = "seed", tokens: float | None = None, speedup: float | None = None,
+         mem_mib: float | None = None, notes: str = "", **kw: Any) -> dict[str, Any]:
+    values = {"tokens_per_sec": tokens, "speedup_x": speedup, "speedup_vs": "fp32_baseline",
+              "peak_mem_allocated_mb": mem_mib} if status == "ok" else {}
+    return {"variant": name, "status": status, "kind": kind, "notes": notes, **values, **kw}
+
+
+LOOK_ROWS = [
+    look("fp32_baseline", tokens=45_257.0, speedup=1.0, mem_mib=12_000.0, tokens_per_sec_pi95_low=44_000.0,
+         tokens_per_sec_pi95_high=46_500.0, tokens_per_joule=120.0),
+    look("bf16", tokens=100_000.0, speedup=2.21, mem_mib=10_240.0, energy_note="not measured: no power reading"),
+    look("tf32", "skipped", notes="precision=tf32 is a CUDA tensor-core mode of Ampere or newer GPUs, and this one has "
+         "none; it would time fp32"),
+    look("recipe", kind="recipe", tokens=504_180.0, speedup=11.14, mem_mib=900.0, peak_mem_reserved_mb=4_000.0,
+         mem_reserved=True, tokens_per_sec_pi95_low=492_864.0, tokens_per_sec_pi95_high=515_833.0,
+         tokens_per_joule=735.0),
+    look("recipe_b64", "oom", kind="recipe", notes="CUDA out of memory", peak_mem_reserved_mb=140_000.0),
+    look("recipe_nocompile", kind="recipe", tokens=301_000.0, speedup=6.65, mem_mib=30_000.0, tokens_per_joule=500.0),
+    look("fastest", kind="ours", tokens=550_000.0, speedup=12.15, mem_mib=20_000.0, tokens_per_joule=800.0),
+    look("lean", "diverged", kind="ours", notes="loss is nan at step 3"),
+    look("custom", kind="custom-kind", tokens=480_000.0, speedup=10.61, mem_mib=8_000.0, tokens_per_joule=700.0),
+]
+for extra in range(5):  # enough curves for the loss legend's second column
+    LOOK_ROWS.append(look(f"knob_{extra}", kind="recipe", tokens=400_000.0 + 10_000.0 * extra,
+                          speedup=8.84 + 0.2 * extra, mem_mib=9_000.0 + 500.0 * extra))
+LOOK_MS = {"fp32_baseline": 180.0, "bf16": 80.0, "recipe": 16.0, "recipe_nocompile": 27.0, "fastest": 14.5,
+           "custom": 17.0, **{f"knob_{k}": 18.0 + 4.0 * k for k in range(5)}}
+LOOK_SWEEPS = [
+    [look(f"b{b}", kind="recipe", tokens=t, speedup=t / 45_257.0, mem_mib=m, settings={"batch_size": b})
+     for b, t, m in ((16, 420_000.0, 30_000.0), (32, 480_000.0, 56_000.0), (64, 504_180.0, 110_000.0))]
+    + [look("b128", "oom", kind="recipe", settings={"batch_size": 128})],
+    [look(f"graphs_b{b}", kind="ours", tokens=t, speedup=t / 45_257.0, mem_mib=500.0, peak_mem_reserved_mb=m,
+          mem_reserved=True, settings={"batch_size": b, "cuda_graphs": True})
+     for b, t, m in ((8, 300_000.0, 20_000.0), (16, 390_000.0, 36_000.0))]
+    + [look("graphs_b32", "skipped", kind="ours", settings={"batch_size": 32, "cuda_graphs": True})],
+]
+
+
+def write_look_steps(steps_dir: Path) -> dict[str, pd.DataFrame]:
+    """Per-step CSVs of 24 steps: smooth loss curves (fp32_compile's equal to the baseline's, lean's cut short by
+    its divergence) and step times a few percent apart around each variant's median, the first step untimed."""
+    header = "step,loss,lr,step_ms,timed\n"
+    for r in LOOK_ROWS:
+        name, n = r["variant"], 24 if r["status"] == "ok" else 4 if r["status"] == "diverged" else 0
+        offset = 0.0 if name in ("fp32_baseline", "bf16") else 0.01 * (len(name) % 7) - 0.03
+        ms = LOOK_MS.get(name, 50.0)
+        lines = [f"{i},{10.8 - 0.12 * i + offset * i / 23 + (0.4 * (i - 2) if name == 'lean' and i > 2 else 0)},"
+                 f"0.0006,{ms * (3.0 if i == 0 else 1.0 + 0.03 * ((i * 7) % 5 - 2))},{int(i > 0)}" for i in range(n)]
+        (steps_dir / f"{name}.csv").write_text(header + "".join(line + "\n" for line in lines))
+    return read_steps(LOOK_ROWS, steps_dir)
+
+
+LOOK_GROUPED = grouped(LOOK_ROWS)  # as make_plots hands them on
+LOOKS: dict[str, Any] = {
+    "throughput.png": lambda steps: throughput_figure(LOOK_GROUPED, reference="recipe"),
+    "memory.png": lambda steps: memory_figure(LOOK_GROUPED, "peak_mem_allocated_mb", reference="recipe"),
+    "energy.png": lambda steps: energy_figure(LOOK_GROUPED, reference="recipe"),
+    "step_times.png": lambda steps: step_time_figure(LOOK_GROUPED, steps),
+    "loss_curves.png": lambda steps: loss_figure(LOOK_GROUPED, steps, "fp32_baseline", reference="recipe"),
+    "batch_sweep.png": lambda steps: batch_figure(LOOK_SWEEPS, "peak_mem_allocated_mb"),
+}
+
+
+def draw_looks(out_dir: Path) -> list[Path]:
+    with tempfile.TemporaryDirectory() as steps_dir:
+        steps = write_look_steps(Path(steps_dir))
+    for name, draw in LOOKS.items():
+        save_png(draw(steps), out_dir / name)
+    return [out_dir / name for name in LOOKS]
+
+
+@pytest.mark.parametrize("name", list(LOOKS))
+def test_each_figure_looks_as_the_reference_a_person_checked(name: str, tmp_path: Path) -> None:
+    steps_dir = tmp_path / "steps"
+    steps_dir.mkdir()
+    save_png(LOOKS[name](write_look_steps(steps_dir)), tmp_path / name)
+    assert (FIGURES / name).is_file(), f"no reference {FIGURES / name}: write them with `python -m tests.test_plots`"
+    differs = compare_images(str(FIGURES / name), str(tmp_path / name), tol=LOOK_TOLERANCE)
+    assert differs is None, (f"{name} no longer looks like tests/figures/{name}: {differs}. If the change is "
+                             f"meant, look at {tmp_path / name} and rewrite the references: python -m tests.test_plots")
+
+
+if __name__ == "__main__":
+    for path in draw_looks(FIGURES):
+        print(f"wrote {path}")
