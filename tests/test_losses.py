@@ -30,7 +30,7 @@ def test_chunked_loss_keeps_only_one_chunk_of_logits(monkeypatch: pytest.MonkeyP
     loss = chunked.chunked_cross_entropy(hidden, weight, targets, chunk=16)
     assert seen == [((16, 8), True), ((16, 8), True), ((16, 8), True), ((2, 8), True)]
     reference = torch.nn.functional.cross_entropy(hidden @ weight.t(), targets)
-    assert float(loss) == pytest.approx(float(reference), rel=1e-6)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
     # Backward scales the stored gradients by the loss's own gradient (3 here, as a caller's loss scaling would).
     (3 * loss).backward()
     expected = torch.autograd.grad(3 * reference, (hidden, weight))
