@@ -13,7 +13,7 @@ import yaml
 from benchlab import search
 from benchlab.knobs import RunSettings
 from benchlab.knobs import check_combination, unsupported_reason
-from benchlab.search import Candidate, Journal, Limits, Run, Search
+from benchlab.search import Candidate, Change, Journal, Limits, Run, Search
 from benchlab.skips import DeviceFacts
 from tests.conftest import ROOT
 
@@ -385,3 +385,96 @@ def test_a_combination_the_knobs_refuse_is_refused_by_their_own_message() -> Non
                                            "parallel=fsdp2 to run more processes)")
     assert rules(RunSettings(precision="fp16")) == "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
     assert rules(RunSettings()) is None
+
+
+# Combining, step by step, on a scripted machine: each candidate's tokens/s and memory are given by name, so
+# ties, interactions and the lean floor's edge are set exactly where a greedy search must decide.
+A, B, D = ("loss", "onepass"), ("compile_mode", "reduce-overhead"), ("activation_checkpointing", "selective")
+R = ("fused_clip", True)  # refused alone, allowed once loss=onepass is in (a rule made up for the test)
+
+
+def cand(*changes: Change) -> Candidate:
+    out = Candidate()
+    for change in changes:
+        out = out.plus(change)
+    return out
+
+
+def named(*changes: Change) -> str:
+    return cand(*changes).name
+
+
+def single(change: Change, tps: float | None, mem: float | None, status: str = "ok") -> Run:
+    return Run(named(change), dict([change]), "singles", status, tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
+
+
+def scripted(tmp_path: Path, results: dict[str, tuple[float, float]], calls: list[str],
+             lean_floor: float = 0.85) -> Search:
+    def measure(candidate: Candidate, settings: RunSettings) -> Run:
+        calls.append(candidate.name)
+        tps, mem = results[candidate.name]
+        return Run(candidate.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
+
+    def r_needs_a(settings: RunSettings) -> str | None:
+        return "fused_clip needs loss=onepass here" if settings.fused_clip and settings.loss != "onepass" else None
+
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    return Search(RECIPE, r_needs_a, measure, passes_all, journal, limits(lean_floor=lean_floor, repeats=0),
+                  log=lambda _: None)
+
+
+START = Run("start", {}, "singles", "ok", tokens_per_sec=100_000.0, peak_mem_mb=10_000.0)
+
+
+def test_fastest_keeps_a_combination_only_when_it_is_strictly_faster_and_retries_the_refused_singles(
+        tmp_path: Path) -> None:
+    calls: list[str] = []
+    results = {named(A, B): (150_000.0, 13_000.0),  # no faster than A alone: a tie is not kept
+               named(A, D): (160_000.0, 11_000.0), named(A, D, R): (170_000.0, 11_500.0)}
+    runs = [single(B, 120_000.0, 9_000.0), single(A, 150_000.0, 12_000.0), single(D, 110_000.0, 10_000.0),
+            single(R, None, None, "refused")]
+    ranked = scripted(tmp_path, results, calls).combine("fastest", START, runs)
+    assert calls == [named(A, B), named(A, D), named(A, D, R)]  # from the best single, one change at a time
+    assert [r.name for r in ranked] == [named(A, D, R), named(A, D)]  # the two fastest, fastest first
+
+
+def test_lean_keeps_only_combinations_at_or_above_the_floor_and_ranks_by_memory(tmp_path: Path) -> None:
+    calls: list[str] = []
+    results = {named(A, B): (49_000.0, 5_000.0),  # the least memory, but below half the start's speed
+               named(A, D): (50_000.0, 6_500.0)}  # exactly at the floor: kept
+    runs = [single(D, 100_000.0, 9_500.0), single(A, 90_000.0, 7_000.0), single(B, 95_000.0, 8_000.0),
+            single(R, 40_000.0, 1_000.0)]  # below the floor alone: never a starting point
+    ranked = scripted(tmp_path, results, calls, lean_floor=0.5).combine("lean", START, runs)
+    assert calls == [named(A, B), named(A, D)]
+    assert [r.name for r in ranked] == [named(A, D), named(A)]
+
+
+def test_a_lean_candidate_exactly_at_the_floor_is_confirmed(tmp_path: Path) -> None:
+    search_ = scripted(tmp_path, {}, [], lean_floor=0.5)
+    at_floor = Run(named(A), dict([A]), "lean", "ok", tokens_per_sec=50_000.0, peak_mem_mb=6_000.0)  # 0.5 x 100k
+    assert search_.eligible("lean", at_floor, START)
+    assert search_.confirm("lean", START, [at_floor])["name"] == named(A)
+
+
+def test_a_run_that_did_not_finish_ok_is_never_eligible_even_with_a_speed(tmp_path: Path) -> None:
+    diverged = Run("x", {}, "singles", "diverged", tokens_per_sec=500_000.0, peak_mem_mb=1.0)
+    assert not scripted(tmp_path, {}, []).eligible("fastest", diverged, START)
+    assert not scripted(tmp_path, {}, []).eligible("lean", diverged, START)
+
+
+def test_a_candidate_screened_in_any_phase_is_not_measured_again_in_another(tmp_path: Path) -> None:
+    calls: list[str] = []
+    search_ = scripted(tmp_path, {}, calls)
+    first = search_.journal.add(single(A, 150_000.0, 12_000.0))
+    lean = search_.journal.add(Run(named(A, D), dict([A, D]), "lean", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0))
+    assert search_.screen(cand(A), "fastest") is first
+    assert search_.screen(cand(A, D), "fastest") is lean
+    assert calls == []
+
+
+def test_a_budget_spent_while_combining_keeps_what_was_measured(tmp_path: Path) -> None:
+    calls: list[str] = []
+    measured_singles = [c for c in search.singles(RECIPE) if not no_fp8_on_this_device(c.settings(RECIPE))]
+    result = run_search(tmp_path, calls, budget_s=30 * (1 + len(measured_singles)), repeats=0)
+    assert len(calls) == 1 + len(measured_singles)  # the start and every single; no combination
+    assert result["status"] == "ok" and result["fastest"]["name"] == "loss=onepass"
