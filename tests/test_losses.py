@@ -70,11 +70,11 @@ def test_chunked_loss_multiplies_in_the_autocast_dtype() -> None:
     loss.backward()
     expected = torch.autograd.grad(reference, (hidden, weight))
     assert loss.dtype == torch.float32 and hidden.grad.dtype == weight.grad.dtype == torch.float32
-    assert float(loss) == pytest.approx(float(reference), rel=1e-3)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-3)
     torch.testing.assert_close(hidden.grad, expected[0], rtol=2e-2, atol=2e-3)
     torch.testing.assert_close(weight.grad, expected[1], rtol=2e-2, atol=2e-3)
     exact = torch.nn.functional.cross_entropy(hidden.detach() @ weight.detach().t(), targets)
-    assert abs(float(loss) - float(exact)) > 1e-6  # bf16 products: not the fp32 loss
+    assert abs(loss.item() - exact.item()) > 1e-6  # bf16 products: not the fp32 loss
 
 
 def test_chunk_gradients_are_made_in_the_operands_dtype() -> None:
@@ -237,7 +237,7 @@ def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool, monkeypa
     assert [type(m) for m in wrapped] == [Features] and wrapped[0].dtype is None
     assert compiled == ([{"dynamic": False}] if compile_chunks else [])  # the chunk step, in the default mode
     assert calls[0] == (1 if compile_chunks else 0)  # 16 tokens: one chunk, through the compiled step
-    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-5)
+    assert out.dim() == 0 and out.item() == pytest.approx(model(x, y)[1].item(), rel=1e-5)
     out.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -257,7 +257,7 @@ def test_the_chunk_knob_and_autocast_dtype_reach_the_chunked_head(monkeypatch: p
         out = run.loss(x, y)
     assert seen == [((16, 16), torch.bfloat16)] + [((6, 16), torch.bfloat16)] * 2 + [((4, 16), torch.bfloat16)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert float(out) == pytest.approx(float(model(x, y)[1]), abs=2e-2)
+        assert out.item() == pytest.approx(model(x, y)[1].item(), abs=2e-2)
 
 
 def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
@@ -267,7 +267,7 @@ def test_inline_loss_hands_only_the_loss_to_the_compiler() -> None:
     x = torch.randint(0, 32, (2, 8))
     out = loss(x, x)
     assert [type(m) for m in wrapped] == [LossOnly] and wrapped[0].model is model
-    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, x)[1]), rel=1e-6)
+    assert out.dim() == 0 and out.item() == pytest.approx(model(x, x)[1].item(), rel=1e-6)
 
 
 @pytest.mark.parametrize("kind, returns_logits", [("standard", True), ("inline", False)])
@@ -280,7 +280,7 @@ def test_body_then_head_wraps_only_the_output_layer_and_loss(kind: str, returns_
     assert [type(m) for m in wrapped] == [OutputLoss] and wrapped[0].lm_head is model.lm_head
     assert isinstance(wrapped[0](model.features(x), y), tuple) is returns_logits
     out = loss(x, y)
-    assert out.dim() == 0 and float(out) == pytest.approx(float(model(x, y)[1]), rel=1e-6)
+    assert out.dim() == 0 and out.item() == pytest.approx(model(x, y)[1].item(), rel=1e-6)
     out.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-5, atol=1e-7, msg=name)

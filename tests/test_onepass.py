@@ -46,7 +46,7 @@ def test_head_multiplies_in_the_hidden_states_dtype_and_hands_back_unrounded_fp3
         loss, grad_hidden, grad_weight = onepass_head(hidden, weight, targets)
     assert loss.dtype == grad_hidden.dtype == grad_weight.dtype == torch.float32
     logits = (hidden.detach() @ weight.detach().bfloat16().t()).float()
-    assert float(loss) == pytest.approx(float(F.cross_entropy(logits, targets, reduction="sum")), rel=1e-6)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits, targets, reduction="sum").item(), rel=1e-6)
     (loss / 3).backward()
     assert hidden.grad is not None and hidden.grad.dtype == torch.bfloat16
     assert torch.equal(hidden.grad, (grad_hidden / 3).bfloat16())
@@ -70,7 +70,7 @@ def test_compiled_onepass_loss_keeps_the_op_in_one_graph_and_gives_the_models_gr
         loss = compiled(x, y)
     loss.backward()
     tol = {"rtol": 1e-5, "atol": 1e-7} if dtype is None else {"rtol": 0.05, "atol": 2e-3}
-    assert float(loss) == pytest.approx(float(expected_loss), rel=tol["rtol"])
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=tol["rtol"])
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], **tol, msg=name)
 
@@ -86,7 +86,7 @@ def test_loss_fn_wraps_the_whole_onepass_loss() -> None:
     assert wrapped[0].model is model and wrapped[0].dtype == torch.bfloat16
     x = torch.randint(0, 32, (2, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert float(loss(x, x)) == pytest.approx(float(model(x, x)[1]), abs=2e-2)
+        assert loss(x, x).item() == pytest.approx(model(x, x)[1].item(), abs=2e-2)
 
 
 @CUDA
