@@ -234,8 +234,8 @@ def test_make_plots_writes_the_pngs_the_same_bytes_twice_and_finds_the_baseline(
     assert baseline_name(ROWS, None) == "base"  # the row the ratios are against
     assert baseline_name([{**r, "speedup_vs": None} for r in ROWS], None) == "base"  # else the one at exactly 1x
     assert baseline_name(ROWS, "fast") == "fast"
-    measured = [{**r, "tokens_per_joule": 100.0} if r["status"] == "ok" else r for r in ROWS]
-    assert make_plots(measured, steps_dir, tmp_path / "energy")[-1].name == "energy.png"
+    with_energy = [{**r, "tokens_per_joule": 100.0} if r["status"] == "ok" else r for r in ROWS]
+    assert make_plots(with_energy, steps_dir, tmp_path / "energy")[-1].name == "energy.png"
 
 
 def knobs(batch: int, **kw: Any) -> dict[str, Any]:
@@ -389,9 +389,10 @@ LOOK_TOLERANCE = 0.0  # RMS over all pixels: any changed pixel fails
 
 def look(name: str, status: str = "ok", kind: str = "seed", tokens: float | None = None, speedup: float | None = None,
          mem_mib: float | None = None, notes: str = "", **kw: Any) -> dict[str, Any]:
+    """row() with a GPU run's figures: tokens/s, speedup against fp32_baseline, allocated peak in MiB."""
     values = {"tokens_per_sec": tokens, "speedup_x": speedup, "speedup_vs": "fp32_baseline",
               "peak_mem_allocated_mb": mem_mib} if status == "ok" else {}
-    return {"variant": name, "status": status, "kind": kind, "notes": notes, **values, **kw}
+    return row(name, status, notes, kind=kind, **values, **kw)
 
 
 LOOK_ROWS = [
@@ -450,19 +451,18 @@ LOOKS: dict[str, Any] = {
 }
 
 
-def draw_looks(out_dir: Path) -> list[Path]:
+def draw_looks(out_dir: Path, names: tuple[str, ...] = tuple(LOOKS)) -> list[Path]:
+    """Each named figure of the look matrix as save_png writes it into out_dir."""
     with tempfile.TemporaryDirectory() as steps_dir:
         steps = write_look_steps(Path(steps_dir))
-    for name, draw in LOOKS.items():
-        save_png(draw(steps), out_dir / name)
-    return [out_dir / name for name in LOOKS]
+    for name in names:
+        save_png(LOOKS[name](steps), out_dir / name)
+    return [out_dir / name for name in names]
 
 
 @pytest.mark.parametrize("name", list(LOOKS))
 def test_each_figure_looks_as_the_reference_a_person_checked(name: str, tmp_path: Path) -> None:
-    steps_dir = tmp_path / "steps"
-    steps_dir.mkdir()
-    save_png(LOOKS[name](write_look_steps(steps_dir)), tmp_path / name)
+    draw_looks(tmp_path, (name,))
     assert (FIGURES / name).is_file(), f"no reference {FIGURES / name}: write them with `python -m tests.test_plots`"
     differs = compare_images(str(FIGURES / name), str(tmp_path / name), tol=LOOK_TOLERANCE)
     assert differs is None, (f"{name} no longer looks like tests/figures/{name}: {differs}. If the change is "
