@@ -200,12 +200,15 @@ class ParityParams:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """The search (benchlab/search.py): each candidate is one bench run (bench.steps) in a fresh process."""
+    """The search (benchlab/search.py): candidates screened short on one worker process, the best repeated
+    with bench.steps in fresh processes, then judged for parity."""
 
     start: str = "recipe"
     """The variant the search starts from and measures every ratio against."""
     budget_s: float = 1800.0
-    """Seconds of screening runs (their wall time, start-up and compile included) before screening stops."""
+    """Seconds of the whole search (screening, confirmation and parity, start-up and compile included)."""
+    screen_steps: int = 10
+    """Timed steps of a screening run, after bench.warmup_steps."""
     max_candidates: int = 60
     """Screening runs at most, whichever limit comes first."""
     confirm: int = 2
@@ -217,6 +220,7 @@ class SearchParams:
     def __post_init__(self) -> None:
         _check(self.budget_s > 0, "search.budget_s", self.budget_s, "a positive number of seconds, e.g. 1800")
         _check(self.max_candidates >= 1, "search.max_candidates", self.max_candidates, "1 or more")
+        _check(self.screen_steps >= 2, "search.screen_steps", self.screen_steps, "2 or more timed steps")
         _check(self.confirm >= 1, "search.confirm", self.confirm, "1 or more")
         _check(self.repeats >= 0, "search.repeats", self.repeats, "0 or more")
         _check(0 < self.lean_floor <= 1, "search.lean_floor", self.lean_floor, "a fraction in (0, 1], e.g. 0.85")
@@ -261,6 +265,8 @@ class Params:
                     _check(name in self.variants, key, name, ", ".join(self.variants))
         for name in self.profile.variants:
             _check(name in self.variants, "profile.variants", name, ", ".join(self.variants) or "(no variants)")
+        # Checked at load, so the env stage refuses it before the parity reference the search needs has run.
+        _check(self.search.start in self.variants, "search.start", self.search.start, ", ".join(self.variants))
         parity = [("parity.reference", self.parity.reference)] if self.parity.variants else []
         for key, name in [*parity, *(("parity.variants", n) for n in self.parity.variants)]:
             _check(name in self.variants, key, name, ", ".join(self.variants) or "(no variants)")

@@ -35,13 +35,18 @@ STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", 
                           "loss_head", "optimizer", "autocast")
 
 
-def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None) -> Any:
+def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None,
+         searched: bool = True) -> Any:
     """One row of the knob table: a dataclass field with its documentation, where it is applied and its device
-    check. `applied` maps steps of STEPS to what happens there, or is a place outside `apply` (unnumbered)."""
+    check. `applied` maps steps of STEPS to what happens there, or is a place outside `apply` (unnumbered).
+
+    `default` is also the knob's unoptimized value: a search for speed never moves a knob back to it.
+    `searched`: whether the search (benchlab/search.py) tries the knob's values; the batch and the process
+    layout are a search's inputs, not its answers."""
     unknown = [s for s in applied if s not in STEPS] if isinstance(applied, dict) else []
     if unknown:  # a bug in this module, found on import
         raise ValueError(f"knob applied at unknown steps {unknown}; the steps: {', '.join(STEPS)}")
-    return field(default=default, metadata={"doc": doc, "applied": applied, "skip": skip})
+    return field(default=default, metadata={"doc": doc, "applied": applied, "skip": skip, "searched": searched})
 
 
 def applied_at(f: Field) -> str:
@@ -150,7 +155,8 @@ class RunSettings:
         {"loss_head": "the loss head"}, loss_skip)
     loss_chunk_tokens: int = knob(
         2048, "tokens per chunk of the chunked loss head (loss=chunked only): smaller chunks keep less of the logits "
-        "and their gradient alive at once, larger ones launch fewer, larger matmuls", {"loss_head": "the loss head"})
+        "and their gradient alive at once, larger ones launch fewer, larger matmuls", {"loss_head": "the loss head"},
+        searched=False)
     fp8: Float8 = knob(
         "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
         "tied output head only; all: both", {"float8": "swaps the Linear layers"}, fp8_skip)
@@ -181,42 +187,47 @@ class RunSettings:
         compile_mode_skip)
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
-        "the batch stream")
+        "the batch stream", searched=False)
     grad_accum: int = knob(
         1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step")
     parallel: Parallel = knob(
         "none", "none: one process; ddp: DistributedDataParallel (gradients all-reduced in buckets during "
         "backward); fsdp2: torch.distributed.fsdp.fully_shard on every block and the root (parameters, "
         "gradients and optimizer state sharded over the ranks). ddp and fsdp2 run under torchrun",
-        {"parallel": "wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module"})
+        {"parallel": "wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module"},
+            searched=False)
     nproc: int = knob(
         1, "processes per node (one per GPU; gloo ranks on a CPU); batch_size stays the global batch, each rank "
         "takes batch_size / (nproc x nodes) of it", "the stage's torchrun launch; the batch stream's rank slice",
-        nproc_skip)
+        nproc_skip, searched=False)
     ddp_bucket_mb: int = knob(25, "DDP's gradient bucket size in MiB (bucket_cap_mb): smaller buckets start "
                               "all-reducing sooner in backward, larger ones launch fewer collectives",
-                              {"parallel": "DDP"})
+                              {"parallel": "DDP"}, searched=False)
     ddp_grad_as_bucket_view: bool = knob(
         False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
-        {"parallel": "DDP"})
+        {"parallel": "DDP"}, searched=False)
     ddp_comm_hook: CommHook = knob(
         "none", "DDP's gradient all-reduce: none (in fp32, the gradients' dtype); bf16: torch's bf16_compress_hook "
         "(each bucket cast to bf16 for the all-reduce, half the bytes, then back to fp32)", {"parallel": "DDP"},
-        comm_hook_skip)
+        comm_hook_skip, searched=False)
     fsdp_reshard_after_forward: bool = knob(
         True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
-              "keeps them until backward, trading memory for one all-gather per block", {"parallel": "fully_shard"})
+              "keeps them until backward, trading memory for one all-gather per block", {"parallel": "fully_shard"},
+                  searched=False)
     fsdp_param_dtype: ParamDtype = knob(
         "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
-                "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, param_dtype_skip)
+                "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, param_dtype_skip,
+                    searched=False)
     fsdp_blocks_per_unit: int = knob(
         1, "FSDP2: transformer blocks per fully_shard unit (one all-gather and one reduce-scatter each); 1: every "
            "block its own unit; 0: no block units, the root unit holds the whole model. Fewer units mean fewer hooks "
-           "for the host to run per step and less overlap of communication with compute", {"parallel": "fully_shard"})
+           "for the host to run per step and less overlap of communication with compute", {"parallel": "fully_shard"},
+               searched=False)
     nccl_max_ctas: int = knob(
         0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
            "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
-        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", max_ctas_skip)
+        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", max_ctas_skip,
+            searched=False)
 
 
 KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))

@@ -1,37 +1,57 @@
-"""The search's runs on this device: a screening run in a fresh process, and the parity verdict.
+"""The search's runs on this device: screening on a persistent worker, confirmation in fresh processes, parity.
 
-A candidate is not a variant of params.yaml, so it reaches its fresh process as a file of knob changes
-(`--candidate FILE`, read back here and checked by the same rules) and runs there as a variant named
-`candidate` added to the loaded params: the bench stage's repeat mode, with bench.steps and
-bench.warmup_steps, the memory cap included.
+**Screening** runs on one long-lived worker process (`python -m stages.search DATA --worker`): the
+interpreter, torch, the tokens and the CUDA context are paid for once, not once per candidate. Each
+candidate still builds its model from the seeded weights, applies its knobs, compiles, warms up
+(bench.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled
+graph (torch._dynamo.reset), collects and empties the allocator's cache, so a candidate starts from an empty
+device and its peak is its own. What a fresh process would add is a clean allocator and compiler state,
+which the finalists get: **confirmation** repeats each in a fresh process, the bench stage's repeat mode with
+bench.steps. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, `CACHE_DIR`, for
+every process of the search and for later searches, so a graph compiled once is not compiled again.
+
+A candidate is not a variant of params.yaml, so it reaches a process as its knob changes (JSON), checked
+there by the same rules, and runs as a variant named `candidate`.
 """
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-from benchlab import devlock, launch, parity, search
+from benchlab import devlock, launch, lifeline, parity, search, search_moves
 from benchlab.build import model_shape
 from benchlab.config import Params
 from benchlab.data import TokenData, load_tokens
-from benchlab.env import environment, source_sha256
+from benchlab.env import ROOT, environment, source_sha256
 from benchlab.errors import LabError
+from benchlab.harness import process_age_s
 from benchlab.knobs import RunSettings
 from benchlab.optimize import device_facts, resolve_device
 from benchlab.results import base_record, measured_record
+from benchlab.runner import RunRecord, release, train_once
+from benchlab.search_journal import Run
 
 NAME = "candidate"
+# inductor's and Triton's caches for every process of every search in this checkout (ignored by git and DVC).
+CACHE_DIR = ROOT / ".cache" / "inductor"
+
+
+def use_compile_cache() -> None:
+    """Point inductor and Triton at CACHE_DIR; children inherit it. Set before the first compilation."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(CACHE_DIR / "triton"))
 
 
 def start_of(p: Params) -> RunSettings:
-    """The variant the search starts from, which must be in params.yaml."""
-    if p.search.start not in p.variants:
-        raise LabError(f"search.start={p.search.start!r} is not a variant in params.yaml; valid: {', '.join(p.variants)}")
+    """The variant the search starts from (params load checks that it is one)."""
     return p.variants[p.search.start]
 
 
@@ -40,67 +60,173 @@ def with_candidate(p: Params, settings: RunSettings) -> Params:
     return replace(p, variants={**p.variants, NAME: settings})
 
 
-def read_candidate(p: Params, path: Path) -> RunSettings:
-    """The candidate a parent wrote, checked by the knobs' rules as the parent checked it."""
+def read_candidate(p: Params, text: str, where: str) -> RunSettings:
+    """The candidate a parent sent, checked by the knobs' rules as the parent checked it."""
     try:
-        changes = json.loads(path.read_text())
-        settings = replace(start_of(p), **changes)
-    except (OSError, ValueError, TypeError) as err:
-        raise LabError(f"{path}: not a search candidate ({type(err).__name__}: {err})") from None
-    reason = search.rules_for(device_facts(resolve_device(p.device)), p.batch_size(settings))(settings)
+        settings = replace(start_of(p), **json.loads(text))
+    except (ValueError, TypeError) as err:
+        raise LabError(f"{where}: not a search candidate ({type(err).__name__}: {str(err)[:200]})") from None
+    reason = search_moves.rules_for(device_facts(resolve_device(p.device)), p.batch_size(settings))(settings)
     if reason:
-        raise LabError(f"{path}: {reason}")
+        raise LabError(f"{where}: {reason}")
     return settings
 
 
 def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path) -> None:
-    """The child's side: one bench run of the candidate, its record written for the parent."""
-    launch.one_repeat(with_candidate(p, read_candidate(p, candidate)), NAME, data_dir, record_to)
+    """A fresh process's side (confirmation): one bench run of the candidate, its record written for the parent."""
+    launch.one_repeat(with_candidate(p, read_candidate(p, candidate.read_text(), str(candidate))), NAME, data_dir,
+                      record_to)
+
+
+def serve(p: Params, data_dir: str) -> None:
+    """The screening worker: one candidate per line of stdin (its changes, JSON), one record per line of the
+    original stdout; progress and logs go to stderr."""
+    replies: IO[str] = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything printed now (progress bars, compiler logs) goes to stderr, not into the replies
+    device = resolve_device(p.device)
+    data = load_tokens(data_dir)
+    startup = process_age_s()
+    for line in sys.stdin:
+        rec = screen_one(p, line, data, device)
+        rec.startup_s, startup = startup, None  # the worker's start is paid by its first candidate
+        replies.write(rec.to_json() + "\n")
+        replies.flush()
+
+
+def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> RunRecord:
+    """One screening run in the worker; a candidate the rules or the run refuse is its record, not the worker's end."""
+    try:
+        settings = read_candidate(p, line, "the screening worker")
+        steps = p.bench.warmup_steps + p.search.screen_steps
+        return train_once(with_candidate(p, settings), settings, data, device, steps, p.bench.warmup_steps,
+                          keep_going=True)
+    except LabError as err:
+        return RunRecord(status="error", message=str(err))
+    finally:
+        torch._dynamo.reset()  # the next candidate compiles its own graphs (from the cache where it can)
+        release(device)
+
+
+class Worker:
+    """The parent's handle on the screening worker: started on first use, started again after it dies."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen | None = None
+
+    def screen(self, changes: dict[str, Any]) -> RunRecord:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, "-m", "stages.search", self.data_dir, "--worker"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                         preexec_fn=lifeline.die_with_parent)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(changes) + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if reply:
+            return RunRecord.from_json(reply)
+        code = self.proc.wait()
+        self.proc = None
+        if code in (2, 130, 143) or lifeline.signalled():  # the user's error or a stop: the search cannot go on
+            raise LabError(f"the screening worker stopped (exit {code}); nothing more screened")
+        return RunRecord(status="error", message=f"the screening worker died (exit {code}) on this candidate")
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
 
 
 def context(p: Params, device: torch.device) -> dict[str, Any]:
     """What a journal's runs are only valid for: a change to any of these (the code included) starts the search
-    afresh."""
+    afresh. `device`, `torch` and the cap also say which earlier answers may warm-start it."""
     env = environment()
     start = start_of(p)
     return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.train.block_size,
-            "bench_steps": p.bench.steps, "warmup_steps": p.bench.warmup_steps, "memory_cap_gib": p.bench.memory_cap_gib,
-            "device": env.get("gpu") or env.get("cpu") or device.type, "torch": env.get("torch"), "start": asdict(start),
-            "parity": asdict(p.parity), "source_sha256": source_sha256()}
+            "bench_steps": p.bench.steps, "warmup_steps": p.bench.warmup_steps, "screen_steps": p.search.screen_steps,
+            "memory_cap_gib": p.bench.memory_cap_gib, "device": env.get("gpu") or env.get("cpu") or device.type,
+            "torch": env.get("torch"), "start": asdict(start), "parity": asdict(p.parity),
+            "source_sha256": source_sha256()}
+
+
+def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[search.Warm]:
+    """The best answers known here: the variants of aggregate.ours, then earlier searches' answers on this device
+    at other sizes (the journal's), each once."""
+    out = [search.Warm(name, p.variants[name]) for name in p.aggregate.ours if name in p.variants]
+    for label, values in found:
+        try:
+            out.append(search.Warm(label, RunSettings(**values)))
+        except TypeError:
+            continue  # an answer from a knob table this code no longer has
+    unique: dict[RunSettings, search.Warm] = {}
+    for warm in out:
+        unique.setdefault(warm.settings, warm)
+    return list(unique.values())
+
+
+def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
+    """Where a run's wall time went, for the candidates file (search_report.BREAKDOWN)."""
+    timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
+    return {"startup_s": rec.startup_s, "build_s": rec.init_s, "apply_s": rec.apply_s, "warmup_s": rec.warmup_s,
+            "timed_s": timed, "eval_s": rec.eval_s, "other_s": wall_s - sum(
+                v or 0 for v in (rec.startup_s, rec.init_s, rec.apply_s, rec.warmup_s, timed, rec.eval_s))}
 
 
 class Runs:
-    """The measure and judge the search is handed, for one stage run."""
+    """The screen, repeat and judge the search is handed, for one stage run."""
 
     def __init__(self, p: Params, data_dir: str, reference: dict[str, Any]) -> None:
         self.p, self.data_dir, self.reference = p, data_dir, reference
         self.device = resolve_device(p.device)
         self.data: TokenData = load_tokens(data_dir)
+        self.worker = Worker(data_dir)
 
-    def measure(self, cand: search.Candidate, settings: RunSettings) -> search.Run:
+    def _run(self, cand: search_moves.Candidate, settings: RunSettings, rec: RunRecord, wall: float, what: str) -> Run:
+        p = with_candidate(self.p, settings)
+        base = base_record(NAME, p, settings, self.device.type, {}, {})
+        cfg, n_params = model_shape(p, settings, self.data.vocab_size)
+        record = measured_record(base, [rec], cfg, n_params, p.bench.steady_tolerance)
+        run = Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
+                  peak_mem_mb=record.get("peak_mem_allocated_mb") or record.get("peak_rss_mb"), wall_s=wall,
+                  message=record.get("message") or "", extra=breakdown(rec, wall))
+        print(f"search: {what} {cand.name}: {run.status}" + (f", {run.tokens_per_sec:,.0f} tokens/s, "
+              f"{run.peak_mem_mb:,.0f} MiB" if run.status == "ok" else f": {run.message}") + f" ({wall:.1f} s)",
+              flush=True)
+        return run
+
+    def screen(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
+        began = time.perf_counter()
+        with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
+            rec = self.worker.screen(dict(cand.changes))
+        return self._run(cand, settings, rec, time.perf_counter() - began, "screened")
+
+    def repeat(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
         began = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="benchlab-search-") as tmp:
             path = Path(tmp) / "candidate.json"
             path.write_text(json.dumps(dict(cand.changes)))
             with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
+                self.worker.close()  # a fresh process has the device to itself
                 rec = launch.repeat_in_fresh_process(["stages.search", "--candidate", str(path), self.data_dir])
-        wall = time.perf_counter() - began
-        p = with_candidate(self.p, settings)
-        base = base_record(NAME, p, settings, self.device.type, {}, {})
-        cfg, n_params = model_shape(p, settings, self.data.vocab_size)
-        record = measured_record(base, [rec], cfg, n_params, p.bench.steady_tolerance)
-        run = search.Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
-                         peak_mem_mb=record.get("peak_mem_allocated_mb") or record.get("peak_rss_mb"), wall_s=wall,
-                         message=record.get("message") or "")
-        print(f"search: {cand.name}: {run.status}" + (f", {run.tokens_per_sec:.0f} tokens/s, "
-              f"{run.peak_mem_mb:.0f} MiB" if run.status == "ok" else f": {run.message}") + f" ({wall:.0f} s)", flush=True)
-        return run
+        return self._run(cand, settings, rec, time.perf_counter() - began, "repeated in a fresh process")
 
-    def judge(self, cand: search.Candidate, settings: RunSettings) -> search.Run:
+    def judge(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
+        began = time.perf_counter()
         p = with_candidate(self.p, settings)
         with devlock.device_lock(self.device, p.bench.lock, f"search: parity of {cand.name}"):
+            self.worker.close()
             run = parity.train_curve(p, NAME, self.data, self.device, p.parity.seeds[0])
         out = parity.variant_record(p, NAME, run, self.reference, parity.data_passes(p, NAME, self.data))
-        print(f"search: parity of {cand.name}: {out['verdict']}", flush=True)
-        return search.Run(cand.name, {}, "", run.status, message=out["verdict"], passed=out["learns_same"],
-                          extra={"gap_nats": out.get("gap_nats")})
+        wall = time.perf_counter() - began
+        print(f"search: parity of {cand.name}: {out['verdict']} ({wall:.0f} s)", flush=True)
+        return Run(cand.name, {}, "", run.status, message=out["verdict"], passed=out["learns_same"], wall_s=wall,
+                   extra={"gap_nats": out.get("gap_nats")})

@@ -1,9 +1,10 @@
 """Stage search (search/dvc.yaml): which knobs make this model fastest, and leanest, on this device.
 
-The rounds, the budget and the choice are benchlab/search.py's; the runs are benchlab/search_runs.py's.
-The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC keeps it when the stage starts again,
-so a stopped search resumes and repeats no run it finished. `--candidate FILE` is the screening run's
-own mode, in the fresh process the stage starts for it.
+The phases, the budget and the choice are benchlab/search.py's; the runs are benchlab/search_runs.py's; what
+it writes is benchlab/search_report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
+keeps it when the stage starts again, so a stopped search resumes and repeats no run it finished, and a
+search at another model size starts from what this one found. `--worker` is the screening worker's mode,
+`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself.
 """
 
 import argparse
@@ -12,51 +13,80 @@ from pathlib import Path
 
 import yaml
 
-from benchlab import launch, parity, search, search_runs
+from benchlab import launch, parity, search, search_moves, search_report, search_runs
 from benchlab.config import load_params
 from benchlab.entry import run_main
+from benchlab.env import environment
 from benchlab.io import remove_outputs, write_json, write_text
+from benchlab.knobs import RunSettings
 from benchlab.optimize import device_facts
+from benchlab.search_journal import Journal
+
+OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("data_dir")
     ap.add_argument("reference", nargs="?", help="the parity reference's record (metrics/parity/reference-seeds.json)")
-    ap.add_argument("out_dir", nargs="?", help="gets journal.jsonl (kept), candidates.csv and found.yaml")
+    ap.add_argument("out_dir", nargs="?", help="gets journal.jsonl (kept), candidates.csv, front.csv, found.yaml, "
+                                                "report.md and front.png")
     ap.add_argument("summary", nargs="?", help="the metrics file: what was found, and its ratio to search.start")
-    ap.add_argument("--candidate", help=argparse.SUPPRESS)  # screening mode: one run of the changes in this file
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the screening worker
+    ap.add_argument("--candidate", help=argparse.SUPPRESS)  # a fresh-process run of the changes in this file
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    search_runs.use_compile_cache()
     p = load_params()
+    if args.worker:
+        search_runs.serve(p, args.data_dir)
+        return
     if args.candidate:
         search_runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to))
         return
     out = Path(args.out_dir)
-    remove_outputs(out / "candidates.csv", out / "found.yaml", args.summary)
+    remove_outputs(*(out / name for name in OUTPUTS), args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
     runs = search_runs.Runs(p, args.data_dir, reference)
     start = search_runs.start_of(p)
-    journal = search.Journal(out / "journal.jsonl", search_runs.context(p, runs.device))
+    journal = Journal(out / "journal.jsonl", search_runs.context(p, runs.device))
+    batch = p.batch_size(start)
     limits = search.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
-                           p.search.lean_floor)
-    rules = search.rules_for(device_facts(runs.device), p.batch_size(start))
-    result = search.Search(start, rules, runs.measure, runs.judge, journal, limits).run()
-    found = search.found_variants(result, start, p.model) if result["status"] == "ok" else {}
-    recipe = result.get("start")
-    write_text(out / "candidates.csv", search.candidates_csv(journal, recipe.tokens_per_sec if recipe else None))
-    write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
-    write_json(args.summary, search.summary(result, journal, limits))
+                           p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size)
+    warm = search_runs.warm_starts(p, journal.found_elsewhere())
+    rules = search_moves.rules_for(device_facts(runs.device), batch)
+    try:
+        result = search.Search(start, rules, runs.screen, runs.repeat, runs.judge, journal, limits, batch,
+                               warm).run()
+    finally:
+        runs.worker.close()
+    write_outputs(result, journal, limits, out, args.summary, p.model, start)
     for goal in search.GOALS:
         answer = result.get(goal) or {}
         print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "
-                                     f"{answer['peak_mem_mb']:.0f} MiB)" if answer.get("name")
+                                     f"{answer['peak_mem_mb']:,.0f} MiB)" if answer.get("name")
                                      else answer.get("message", result.get("message", ""))))
-    print(f"search: {journal.measured()} runs in {journal.spent_s():.0f} s; found variants in {out / 'found.yaml'}")
+    print(f"search: {journal.measured()} screening runs, {journal.spent_s():.0f} s in all; found variants in "
+          f"{out / 'found.yaml'}, the front in {out / 'front.csv'}")
+
+
+def write_outputs(result: dict, journal: Journal, limits: search.Limits, out: Path, summary: str, model: str,
+                  start_settings: RunSettings) -> None:
+    """Every output but the journal: the candidates, the front and its plot, the found variants, the report."""
+    start = result.get("start")
+    env = environment()
+    machine = f"{env.get('gpu') or env.get('cpu')} (torch {env.get('torch')})"
+    write_text(out / "candidates.csv", search_report.candidates_csv(journal, start.tokens_per_sec if start else None))
+    write_text(out / "front.csv", search_report.front_csv(result, journal))
+    found = search.found_variants(result, start_settings, model) if result["status"] == "ok" else {}
+    write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
+    search_report.plot_front(result, journal, out / "front.png")
+    write_text(out / "report.md", search_report.report_md(result, journal, limits, machine, "front.png"))
+    write_json(summary, search_report.summary(result, journal, limits))
 
 
 if __name__ == "__main__":
     run_main(main)
-    if "--record-to" in sys.argv:  # the screening run succeeded (every failure exits inside run_main)
+    if "--record-to" in sys.argv:  # the fresh-process run succeeded (every failure exits inside run_main)
         launch.end_repeat_process()
