@@ -6,8 +6,10 @@
 #
 #   scripts/remote_gpu.sh OUT_DIR NAME [-S key=value ...]
 #
-# NAME names the experiment and the clone (.gpu-ws/NAME). Run it again with the same arguments to go on
-# after a stop: the clone, its environment and every finished stage stay, and DVC repeats none of them.
+# NAME names the experiment and the clone (.gpu-ws/NAME, or .gpu-ws/$WS where WS is set: several experiments
+# then share one clone, its environment, its prepared data and the search's journal and compile cache). Run it
+# again with the same arguments to go on after a stop: the clone, its environment and every finished stage
+# stay, and DVC repeats none of them.
 # Environment: TIME_LIMIT_S (stop DVC with Ctrl-C's signal after this many seconds; default none),
 # CORPUS_MB (the text corpus, default 80: this machine's own Python sources, as a user's own text),
 # GPU_TESTS=1 (also run the tests marked gpu, once per clone), WHEELS (the folder of carried wheels, default .whl),
@@ -15,7 +17,7 @@
 # large to carry there, e.g. "numpy pandas pyarrow").
 set -euo pipefail
 out=$(realpath "$1"); name=$2; shift 2
-src=$(pwd); ws=$src/.gpu-ws/$name; corpus=/tmp/gpu-text/python-sources.txt; wheels=$(realpath "${WHEELS:-.whl}")
+src=$(pwd); ws=$src/.gpu-ws/${WS:-$name}; corpus=/tmp/gpu-text/python-sources.txt; wheels=$(realpath "${WHEELS:-.whl}")
 mkdir -p "$out" "$src/.gpu-ws"
 export PYTHONUNBUFFERED=1
 log() { echo "remote_gpu: $*" | tee -a "$out/times.txt"; }
@@ -70,5 +72,5 @@ ${TIME_LIMIT_S:+timeout -s INT -k 30 "$TIME_LIMIT_S"} dvc exp run -n "$name" -S 
   > "$out/dvc-log.txt" 2>&1 || status=$?
 log "dvc exp run: $((SECONDS - began)) s, exit $status"
 grep -E "^(bench|parity|profile)@|^parity@|^error|^ERROR|stopped|Ran experiment" "$out/dvc-log.txt" | grep -v "%|" || true
-tar czf "$out/results.tar.gz" params.yaml dvc.lock metrics plots 2>/dev/null || true
+tar czf "$out/results.tar.gz" params.yaml dvc.lock search/dvc.lock metrics plots 2>/dev/null || true
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>/dev/null || true
