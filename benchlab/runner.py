@@ -14,6 +14,7 @@ the batch one process would.
 import gc
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -293,6 +294,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
         rec.status, rec.message, rec.diverged_step = "diverged", str(err), err.step
     except torch.OutOfMemoryError as err:
         rec.status = "oom"
+        print(f"out of memory: {err}", file=sys.stderr)  # torch's whole text to the log; the record keeps one line
         rec.memory = harness.peaks(device)  # how far it got: where a smaller card stops
         rec.message = oom_message(p.batch_size(settings), cap, rec.memory, err)
     except Exception as err:  # noqa: BLE001 - recorded, not swallowed: the row shows it
@@ -309,13 +311,17 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
 
 
 def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str:
-    """What an OOM says: the batch, the cap, the memory held when it stopped, and torch's first line."""
+    """One line: what ran out, at which batch, under which cap, the memory held and the allocation that failed.
+
+    e.g. "out of memory at batch 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for".
+    A part torch's text or the memory reading does not give is left out; the whole text goes to the stage's log."""
     cap = f" under a {cap_gib:g} GiB cap" if cap_gib > 0 else ""
-    held = ", ".join(f"{label} {memory[key]:,.0f} MiB" for label, key in
-                     (("peak allocated", "peak_mem_allocated_mb"), ("reserved", "peak_mem_reserved_mb"))
-                     if memory.get(key) is not None)
-    return f"out of memory at batch size {batch}{cap}" + (f" ({held})" if held else "") + \
-        f": {(str(err).splitlines() or [''])[0][:200]}"
+    held = memory.get("peak_mem_allocated_mb")
+    asked = re.search(r"Tried to allocate (\S+ (?:bytes|[KMGT]iB))", str(err))  # torch's format_size
+    parts = [f"{held:,.0f} MiB allocated" if held is not None else "",
+             f"{asked[1]} more was asked for" if asked else ""]
+    detail = " when ".join(part for part in parts if part)
+    return f"out of memory at batch {batch}{cap}" + (f": {detail}" if detail else "")
 
 
 def release(device: torch.device) -> None:
