@@ -117,8 +117,19 @@ def path_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine: str, plot_name: str) -> str:
-    """The search's report: the answers, the front and its plot, the paths, and where the screening time went."""
+def exp_command(found: dict[str, dict[str, Any]], preset: str) -> str:
+    """The `dvc exp run` that adds the found variants to the matrix and times them beside the others."""
+    def value(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else str(v)
+    sets = [f"-S '++variants.{name}={{{', '.join(f'{k}: {value(v)}' for k, v in knobs.items())}}}'"
+            for name, knobs in found.items()]
+    return " ".join([f"dvc exp run -n found -S preset={preset}", *sets])
+
+
+def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine: str, plot_name: str,
+              command: str = "") -> str:
+    """The search's report: the answers, the front and its plot, the paths, where the screening time went, and
+    the command that times the answers in the matrix."""
     facts = summary(result, journal, limits)
     parts = [f"# Search on {machine}", "",
              f"{facts['runs']} screening runs; {facts['spent_s']:.0f} s of the {limits.budget_s:.0f} s budget spent "
@@ -140,6 +151,8 @@ def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine:
     parts += ["", "## What each change bought", "", *path_lines(result), "", "## Where a screening run's time went",
               "", "| part | median s |", "| --- | --- |"]
     parts += [f"| {k.removesuffix('_s')} | {v:.1f} |" for k, v in breakdown(journal).items()]
+    if command:
+        parts += ["", "## Time the answers in the matrix", "", "```bash", command, "```"]
     return "\n".join(parts) + "\n"
 
 

@@ -1,13 +1,14 @@
 """The search's runs on this device: screening on a persistent worker, confirmation in fresh processes, parity.
 
-**Screening** runs on one long-lived worker process (`python -m stages.search DATA --worker`): the
+**Screening** on a GPU runs on one long-lived worker process (`python -m stages.search DATA --worker`): the
 interpreter, torch, the tokens and the CUDA context are paid for once, not once per candidate. Each
 candidate still builds its model from the seeded weights, applies its knobs, compiles, warms up
 (bench.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled
 graph (torch._dynamo.reset), collects and empties the allocator's cache, so a candidate starts from an empty
 device and its peak is its own. What a fresh process would add is a clean allocator and compiler state,
 which the finalists get: **confirmation** repeats each in a fresh process, the bench stage's repeat mode with
-bench.steps. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, `CACHE_DIR`, for
+bench.steps. On a CPU, screening runs in fresh processes too: its only memory figure is a process's lifetime
+peak. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, `CACHE_DIR`, for
 every process of the search and for later searches, so a graph compiled once is not compiled again.
 
 A candidate is not a variant of params.yaml, so it reaches a process as its knob changes (JSON), checked
@@ -72,8 +73,11 @@ def read_candidate(p: Params, text: str, where: str) -> RunSettings:
     return settings
 
 
-def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path) -> None:
-    """A fresh process's side (confirmation): one bench run of the candidate, its record written for the parent."""
+def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path, steps: int | None = None) -> None:
+    """A fresh process's side: one bench run of the candidate (bench.steps, or `steps`), its record written for the
+    parent."""
+    if steps is not None:
+        p = replace(p, bench=replace(p.bench, steps=steps))
     launch.one_repeat(with_candidate(p, read_candidate(p, candidate.read_text(), str(candidate))), NAME, data_dir,
                       record_to)
 
@@ -173,6 +177,15 @@ def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[sear
     return list(unique.values())
 
 
+def compared_memory(record: dict[str, Any]) -> float | None:
+    """The memory figure candidates are compared on, as the report compares rows (benchlab/report.py `_mem`):
+    the CUDA allocated peak, the reserved peak under CUDA graphs (whose pools the allocated peak misses), the
+    resident set on a CPU."""
+    if record.get("peak_mem_allocated_comparable") is False:
+        return record.get("peak_mem_reserved_mb")
+    return record.get("peak_mem_allocated_mb") or record.get("peak_rss_mb")
+
+
 def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
     """Where a run's wall time went, for the candidates file (search_report.BREAKDOWN)."""
     timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
@@ -196,7 +209,7 @@ class Runs:
         cfg, n_params = model_shape(p, settings, self.data.vocab_size)
         record = measured_record(base, [rec], cfg, n_params, p.bench.steady_tolerance)
         run = Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
-                  peak_mem_mb=record.get("peak_mem_allocated_mb") or record.get("peak_rss_mb"), wall_s=wall,
+                  peak_mem_mb=compared_memory(record), wall_s=wall,
                   message=record.get("message") or "", extra=breakdown(rec, wall))
         print(f"search: {what} {cand.name}: {run.status}" + (f", {run.tokens_per_sec:,.0f} tokens/s, "
               f"{run.peak_mem_mb:,.0f} MiB" if run.status == "ok" else f": {run.message}") + f" ({wall:.1f} s)",
@@ -204,20 +217,28 @@ class Runs:
         return run
 
     def screen(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
+        """A short run on the worker. On a CPU, in a fresh process instead: there the only memory figure is the
+        process's lifetime peak, which a worker would carry from one candidate to the next."""
+        if self.device.type != "cuda":
+            return self.repeat(cand, settings, steps=self.p.bench.warmup_steps + self.p.search.screen_steps)
         began = time.perf_counter()
         with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
             rec = self.worker.screen(dict(cand.changes))
         return self._run(cand, settings, rec, time.perf_counter() - began, "screened")
 
-    def repeat(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
+    def repeat(self, cand: search_moves.Candidate, settings: RunSettings, steps: int | None = None) -> Run:
+        """One run in a fresh process: bench.steps, or `steps` (a CPU's screening run)."""
         began = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="benchlab-search-") as tmp:
             path = Path(tmp) / "candidate.json"
             path.write_text(json.dumps(dict(cand.changes)))
+            args = ["stages.search", "--candidate", str(path), self.data_dir] + \
+                (["--steps", str(steps)] if steps is not None else [])
             with devlock.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
                 self.worker.close()  # a fresh process has the device to itself
-                rec = launch.repeat_in_fresh_process(["stages.search", "--candidate", str(path), self.data_dir])
-        return self._run(cand, settings, rec, time.perf_counter() - began, "repeated in a fresh process")
+                rec = launch.repeat_in_fresh_process(args)
+        what = "repeated in a fresh process" if steps is None else "screened in a fresh process"
+        return self._run(cand, settings, rec, time.perf_counter() - began, what)
 
     def judge(self, cand: search_moves.Candidate, settings: RunSettings) -> Run:
         began = time.perf_counter()

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("summary", nargs="?", help="the metrics file: what was found, and its ratio to search.start")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the screening worker
     ap.add_argument("--candidate", help=argparse.SUPPRESS)  # a fresh-process run of the changes in this file
+    ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)  # a CPU's screening run: fewer steps
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     search_runs.use_compile_cache()
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         search_runs.serve(p, args.data_dir)
         return
     if args.candidate:
-        search_runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to))
+        search_runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
         return
     out = Path(args.out_dir)
     remove_outputs(*(out / name for name in OUTPUTS), args.summary)
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                                warm).run()
     finally:
         runs.worker.close()
-    write_outputs(result, journal, limits, out, args.summary, p.model, start)
+    write_outputs(result, journal, limits, out, args.summary, p.model, start, p.preset)
     for goal in search.GOALS:
         answer = result.get(goal) or {}
         print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write_outputs(result: dict, journal: Journal, limits: search.Limits, out: Path, summary: str, model: str,
-                  start_settings: RunSettings) -> None:
+                  start_settings: RunSettings, preset: str) -> None:
     """Every output but the journal: the candidates, the front and its plot, the found variants, the report."""
     start = result.get("start")
     env = environment()
@@ -82,7 +83,10 @@ def write_outputs(result: dict, journal: Journal, limits: search.Limits, out: Pa
     found = search.found_variants(result, start_settings, model) if result["status"] == "ok" else {}
     write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
     search_report.plot_front(result, journal, out / "front.png")
-    write_text(out / "report.md", search_report.report_md(result, journal, limits, machine, "front.png"))
+    command = search_report.exp_command(found, preset) if found else ""
+    write_text(out / "report.md", search_report.report_md(result, journal, limits, machine, "front.png", command))
+    if command:
+        print(f"search: to time the answers in the matrix: {command}")
     write_json(summary, search_report.summary(result, journal, limits))
 
 

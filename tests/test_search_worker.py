@@ -1,0 +1,69 @@
+"""The search's screening worker (benchlab/search_runs.py): one process screens candidates one after another."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlab import search_runs
+from benchlab.runner import RunRecord
+from tests.conftest import ROOT, micro_params
+
+
+@pytest.fixture()
+def worker_lab(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    params = micro_params(data__corpus="corpus.txt", search__start="fp32_baseline", search__screen_steps=3)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return workdir
+
+
+def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it(worker_lab: Path,
+                                                                                 prepared: Path) -> None:
+    worker = search_runs.Worker(str(prepared))
+    try:
+        first = worker.screen({})
+        pid = worker.proc.pid if worker.proc else None
+        second = worker.screen({"attention": "sdpa"})
+        refused = worker.screen({"precision": "fp16"})  # no loss scaling on a CPU: the rules refuse it there
+        last = worker.screen({"optimizer": "adamw_fused"})
+        assert worker.proc is not None and worker.proc.pid == pid  # one process did all four
+    finally:
+        worker.close()
+    assert worker.proc is None
+    assert (first.status, second.status, last.status) == ("ok", "ok", "ok"), (first.message, second.message)
+    assert len(first.timed_ms) == len(second.timed_ms) == 3 and first.warmup_steps == 2  # bench.warmup_steps
+    assert first.startup_s is not None and first.startup_s > 0  # the worker's start, paid once
+    assert second.startup_s is None and last.startup_s is None
+    assert refused.status == "error" and "precision=fp16" in refused.message
+
+
+def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(worker_lab: Path,
+                                                                              prepared: Path) -> None:
+    worker = search_runs.Worker(str(prepared))
+    try:
+        worker.screen({})
+        assert worker.proc is not None and worker.proc.stdin is not None
+        worker.proc.stdin.close()  # the worker reads its end of input and exits: a reply never comes
+        worker.proc.stdin = open("/dev/null", "w")  # noqa: SIM115 - the next request goes nowhere
+        dead = worker.screen({"attention": "sdpa"})
+        again = worker.screen({"attention": "sdpa"})
+    finally:
+        worker.close()
+    assert dead.status == "error" and dead.message == "the screening worker died (exit 0) on this candidate"
+    assert again.status == "ok" and again.startup_s is not None  # a new worker, paying its own start
+
+
+def test_the_breakdown_names_every_part_of_a_run_s_wall_time() -> None:
+    rec = RunRecord(status="ok", startup_s=4.0, init_s=1.0, apply_s=0.5, warmup_s=3.0, window_wall_ms=500.0,
+                    eval_s=0.25)
+    assert search_runs.breakdown(rec, 10.0) == {"startup_s": 4.0, "build_s": 1.0, "apply_s": 0.5, "warmup_s": 3.0,
+                                                "timed_s": 0.5, "eval_s": 0.25, "other_s": 0.75}
+    assert search_runs.breakdown(RunRecord(status="oom"), 2.0)["timed_s"] is None
+
+
+def test_memory_is_compared_as_the_report_compares_it() -> None:
+    graphs = {"peak_mem_allocated_comparable": False, "peak_mem_allocated_mb": 2_900.0, "peak_mem_reserved_mb": 11_000.0}
+    assert search_runs.compared_memory(graphs) == 11_000.0  # CUDA graphs' pools escape the allocated peak
+    assert search_runs.compared_memory({"peak_mem_allocated_comparable": True, "peak_mem_allocated_mb": 9.0}) == 9.0
+    assert search_runs.compared_memory({"peak_mem_allocated_mb": None, "peak_rss_mb": 450.0}) == 450.0
