@@ -71,12 +71,14 @@ class Search:
 
     def reserve_s(self, start: Run | None) -> float:
         """What confirmation and parity will cost: measured where the journal has such runs, else estimated
-        from the start's screening run (a fresh process costs twice a screening run; a verdict, the start's
+        from the start's screening run (the worker's first: a fresh process costs as much; a verdict, that run's
         overhead plus parity's tokens at the start's speed)."""
         screens = [r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
         if not screens or start is None or not start.tokens_per_sec:
             return 0.0
-        fresh = _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or 2 * _median(screens)
+        # Until one has run, a fresh process costs what the start's screening run did: a process's start and a
+        # first compilation.
+        fresh = _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
         timed = start.extra.get("timed_s") or 0.0
         verdict = _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
             start.wall_s - timed + self.limits.parity_tokens / start.tokens_per_sec
