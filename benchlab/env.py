@@ -1,9 +1,11 @@
 """The environment a number was measured in, and where it came from.
 
-`environment()` holds only what changes the timings (hardware, driver,
-library versions, thread count): the `env` stage writes it, and the timing
-stages depend on that file, so DVC reuses a timing only on the same machine
-and software. `provenance()` adds what identifies one run (commit, date).
+`environment()` holds the hardware and software a number was measured with;
+every result record carries all of it. `timing_environment()` is the part that
+decides a timing (hardware, driver, library versions, thread count): the `env`
+stage writes it, and the timing stages depend on that file, so DVC reuses a
+timing on any machine of the same kind with the same software. `provenance()`
+adds what identifies one run (commit, date).
 """
 
 import hashlib
@@ -80,8 +82,15 @@ def nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
+# Kept in every record but left out of metrics/env.json, the file every timing and parity stage depends on: they
+# name one machine, not what its timings depend on. platform.platform() holds the kernel's build string, which
+# differs between two virtual machines of one kind ("...-fc-v1147-..." against "...-fc-v1252-...") and made a
+# fresh clone on the committed results' kind of machine rerun every timing (issue 43).
+NOT_TIMING = ("platform",)
+
+
 def environment() -> dict:
-    """Hardware and software that a timing depends on; stable across runs on one machine."""
+    """Hardware and software a run was measured with; stable across runs on one machine."""
     env = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -108,6 +117,11 @@ def environment() -> dict:
         env["driver"] = driver.splitlines()[0] if driver else None
         env["gpu_topology"] = _run(["nvidia-smi", "topo", "-m"])
     return env
+
+
+def timing_environment() -> dict:
+    """What on this machine decides a timing: environment() less NOT_TIMING."""
+    return {key: value for key, value in environment().items() if key not in NOT_TIMING}
 
 
 def source_sha256(root: Path = ROOT) -> str:

@@ -1,4 +1,4 @@
-"""Stage env: check every param, then record the environment that timings depend on.
+"""Stage env: check every param, then record what on this machine decides a timing.
 
 DVC runs it on every `dvc repro` (always_changed); its output changes only
 when the hardware or software does, so timing stages that depend on it rerun
@@ -16,7 +16,7 @@ from benchlab import harness, presets
 from benchlab.build import check_model
 from benchlab.config import load_params
 from benchlab.formats import check_regular
-from benchlab.env import environment
+from benchlab.env import timing_environment
 from benchlab.entry import run_main
 from benchlab.io import remove_outputs, write_json
 from benchlab.optimize import resolve_device
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     if p.preset != "cpu":
         replaced = presets.resolve(yaml.safe_load(open("params.yaml")))[2]
         print(f"env: preset {p.preset} replaces {', '.join(replaced)} (change them under presets.{p.preset})")
-    env = {**environment(), "device": device.type}
+    env = {**timing_environment(), "device": device.type}
     write_json(args.out, env)
     print(f"env: {env['gpu'] or env['cpu']}, torch {env['torch']}, device {device.type}")
     if device.type == "cpu" and p.run.precision == "bf16" and not env["cpu_bf16_native"]:
