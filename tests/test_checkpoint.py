@@ -8,13 +8,15 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchlab.checkpoint import load_checkpoint, save_checkpoint
+from benchlab.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
 from benchlab.entry import run_main
+from benchlab.errors import LabError
 from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
 from tests.conftest import ROOT
@@ -81,3 +83,114 @@ def test_a_full_disk_while_saving_the_checkpoint_is_one_line_and_leaves_nothing(
     assert "ulimit -f" in last and "nothing was recorded" in last
     assert not any(Path(p).exists() for p in TRAIN_ARGS[1:])
     assert not list((workdir / "models").glob(".model.pt.tmp-*"))
+
+
+# ---------------------------------------------------------------- the checksum, here and not only through evaluate
+
+def tiny_state() -> tuple[dict, dict[str, torch.Tensor]]:
+    model = GPT(GPTConfig.from_name("tiny", vocab_size=512))
+    return asdict(model.cfg), model.state_dict()
+
+
+def test_the_checksum_covers_the_preset_the_config_and_each_tensor_s_name_dtype_shape_and_bytes() -> None:
+    config, state = tiny_state()
+    first = next(iter(state))
+    base = weights_sha256("tiny", config, state)
+    assert weights_sha256("tiny", dict(config), dict(state)) == base  # a value, not an identity
+    assert weights_sha256("tiny", config, dict(reversed(list(state.items())))) == base  # in name order
+    flipped = state[first].clone()
+    flipped.view(-1)[7] += 1e-3
+    changed = {
+        "preset": weights_sha256("gpt_small", config, state),
+        "config": weights_sha256("tiny", {**config, "n_layer": 3}, state),
+        "name": weights_sha256("tiny", config, {**{k: v for k, v in state.items() if k != first}, first + "_": state[first]}),
+        "dtype": weights_sha256("tiny", config, {**state, first: state[first].to(torch.float64)}),
+        "shape": weights_sha256("tiny", config, {**state, first: state[first].reshape(-1)}),
+        "bytes": weights_sha256("tiny", config, {**state, first: flipped}),
+        "one tensor fewer": weights_sha256("tiny", config, {k: v for k, v in state.items() if k != first}),
+    }
+    assert all(len(digest) == 64 for digest in changed.values())
+    assert len({base, *changed.values()}) == len(changed) + 1, changed
+
+
+def test_a_name_and_its_shape_cannot_trade_places() -> None:
+    """Fields are separated, so a name ending in a digit next to a shape cannot hash as another pair."""
+    t = torch.zeros(2)
+    assert weights_sha256("tiny", {}, {"a1": t}) != weights_sha256("tiny", {}, {"a": t})
+    assert weights_sha256("tiny", {}, {"a": torch.zeros(1, 2)}) != weights_sha256("tiny", {}, {"a": torch.zeros(2, 1)})
+
+
+def resaved(path: Path, change) -> None:
+    """The checkpoint at `path` rewritten through torch.save after `change(ckpt)`: an intact zip."""
+    ckpt = torch.load(path, weights_only=True)
+    change(ckpt)
+    torch.save(ckpt, path)
+
+
+def bump_weight(ckpt: dict) -> None:
+    name = next(iter(ckpt["model"]))
+    ckpt["model"][name].view(-1)[0] += 0.01  # a plausible weight, one value off
+
+
+@pytest.mark.parametrize("change, message", [
+    (bump_weight, "does not match the sha256 it carries: its weights are damaged; rerun `dvc repro train`"),
+    (lambda ckpt: ckpt.pop("sha256"), "does not match the sha256 it carries: its weights are damaged"),
+    (lambda ckpt: ckpt.update(preset="gpt_small"), "does not match the sha256 it carries"),
+    (lambda ckpt: ckpt.update(format="benchlab-gpt-v1"), "is not a benchlab-gpt-v2 checkpoint from this lab's train stage"),
+    (lambda ckpt: ckpt.pop("config"), "is not a checkpoint this lab wrote (damaged or replaced)"),
+    (lambda ckpt: ckpt.update(model=[1, 2]), "is not a checkpoint this lab wrote (damaged or replaced)"),
+], ids=["a weight changed", "no checksum", "another preset", "another format", "no config", "no tensors"])
+def test_a_checkpoint_edited_after_saving_is_refused(tmp_path: Path, change, message: str) -> None:
+    path = tmp_path / "model.pt"
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    resaved(path, change)
+    with pytest.raises(LabError) as err:
+        load_checkpoint(path, data_vocab=512)
+    assert str(err.value).startswith(f"checkpoint {path} ") and message in str(err.value)
+
+
+def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_with_the_first_line_of_why(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+
+    def wider(ckpt: dict) -> None:  # a consistent checksum over a config the weights do not fit
+        ckpt["config"]["n_embd"] *= 2
+        ckpt["sha256"] = weights_sha256(ckpt["preset"], ckpt["config"], ckpt["model"])
+
+    resaved(path, wider)
+    with pytest.raises(LabError) as err:
+        load_checkpoint(path, data_vocab=512)
+    text = str(err.value)
+    assert text.startswith(f"checkpoint {path} does not match the model (Error(s) in loading state_dict for GPT")
+    assert text.endswith("; rerun `dvc repro train`") and "\n" not in text
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "not found; rerun `dvc repro train`"),
+    (b"not a zip", "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
+])
+def test_a_missing_or_foreign_file_is_refused(tmp_path: Path, content: bytes | None, message: str) -> None:
+    path = tmp_path / "model.pt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(LabError) as err:
+        load_checkpoint(path, data_vocab=512)
+    assert str(err.value) == f"checkpoint {path} {message}"
+
+
+def test_a_checkpoint_carrying_code_is_never_unpickled(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    torch.save({"format": "benchlab-gpt-v2", "payload": Path("x")}, path)  # a class torch's safe loader refuses
+    with pytest.raises(LabError) as err:
+        load_checkpoint(path, data_vocab=512)
+    assert str(err.value) == (f"checkpoint {path} holds objects other than tensors and plain values, so it was not "
+                              "loaded; rerun `dvc repro train`")
+
+
+def test_data_with_more_tokens_than_the_checkpoint_knows_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    load_checkpoint(path, data_vocab=512)  # as many: fine
+    with pytest.raises(LabError) as err:
+        load_checkpoint(path, data_vocab=513)
+    assert str(err.value) == f"checkpoint {path} knows 512 tokens but the data has 513; rerun `dvc repro train`"

@@ -449,3 +449,34 @@ def test_the_progress_bar_refreshes_at_most_every_five_seconds(params: Params, t
     monkeypatch.setattr(runner, "tqdm", lambda it, **kw: (seen.append(kw["mininterval"]), real(it, **kw))[1])
     train_once(params, RunSettings(), tokens, CPU, steps=2, warmup=1, progress="bench@x")
     assert seen == [5.0]
+
+
+def test_a_run_records_every_step_s_loss_the_last_included(params: Params, tokens,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader reads each loss one step late, so the last step's is read only by the flush after the loop."""
+    real_step = runner.train_step
+    seen: list[float] = []
+
+    def step(run, x, y, clip, micro):
+        loss = real_step(run, x, y, clip, micro)
+        seen.append(loss.item())
+        return loss
+
+    monkeypatch.setattr(runner, "train_step", step)
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=5, warmup=2)
+    assert rec.status == "ok" and len(seen) == 5
+    assert rec.losses == seen  # every step once, in order, the fifth too
+
+
+def test_a_loss_that_turns_nan_at_the_last_step_ends_the_run_diverged(params: Params, tokens,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    real_step = runner.train_step
+    steps = iter(range(100))
+
+    def step(run, x, y, clip, micro):
+        loss = real_step(run, x, y, clip, micro)
+        return loss * float("nan") if next(steps) == 3 else loss
+
+    monkeypatch.setattr(runner, "train_step", step)
+    rec = train_once(params, RunSettings(), tokens, CPU, steps=4, warmup=1)
+    assert (rec.status, rec.diverged_step, rec.message) == ("diverged", 3, "loss became nan at step 3")
