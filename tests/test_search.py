@@ -1,342 +1,568 @@
-"""The search (benchlab/search.py) driven by a fake timing backend: what it tries, what it picks, how it resumes."""
+"""The search (benchlab/search.py, search_moves.py, search_journal.py, search_report.py) driven by a scripted
+machine: what it tries, in what order, what it answers, what it spends, and how it resumes after a kill."""
 
+import csv
 import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from benchlab import search
+from benchlab import search_report
+from benchlab.config import parse_params
 from benchlab.knobs import RunSettings
-from benchlab.knobs import check_combination, unsupported_reason
-from benchlab.search import Candidate, Change, Journal, Limits, Run, Search
+from benchlab.search import Limits, Search, Warm, found_variants, pareto
+from benchlab.search_journal import SCREENING, Journal, Run
+from benchlab.search_moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
 from benchlab.skips import DeviceFacts
-from tests.conftest import ROOT
+from tests.conftest import ROOT, micro_params
 
 RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
-CONTEXT = {"model": "gpt2_124m", "batch": 16, "device": "fake"}
+BATCH = 16
+H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
+                   liger_version="0.8.5", cce=True, gpu_count=1)
+RULES = rules_for(H200, BATCH)  # the knobs' own rules: adamw_bf16_sr alone is refused (it needs bf16 weights)
+CONTEXT = {"model": "gpt2_124m", "batch_size": BATCH, "device": "NVIDIA H200", "torch": "2.11.0", "memory_cap_gib": None}
 
-# The fake machine: each change multiplies the recipe's tokens/s and adds to its memory.
-SPEED = {("loss", "onepass"): 1.06, ("compile_mode", "reduce-overhead"): 1.04, ("fp8", "blocks"): 1.02,
-         ("loss", "chunked"): 0.97, ("activation_checkpointing", "full"): 0.8, ("precision", "fp32"): 0.3,
-         ("activation_checkpointing", "selective"): 0.9, ("compile", False): 0.5}
-MEMORY = {("activation_checkpointing", "full"): -5000, ("activation_checkpointing", "selective"): -3000,
-          ("loss", "chunked"): -2000, ("loss", "onepass"): -1500, ("precision", "fp32"): 9000}
+# ---- the scripted machine (scripts/search_vs_optuna.py runs Optuna on it too) ----
+# The recipe runs 100,000 tokens/s in 10,000 MiB. Each change multiplies the speed and adds to the memory; a
+# change not listed costs 1% and no memory; one pair does better together than apart; nothing fits in less than
+# FLOOR_MB (the weights).
+START_TPS, START_MB, FLOOR_MB = 100_000.0, 10_000.0, 1_500.0
+EFFECTS: dict[Change, tuple[float, float]] = {
+    ("precision", "fp32"): (0.30, 9000), ("precision", "tf32"): (0.45, 4000), ("precision", "fp16"): (0.98, 0),
+    ("weight_dtype", "bf16"): (1.03, -2500), ("attention", "manual"): (0.70, 3000),
+    ("activation_checkpointing", "full"): (0.80, -5000), ("activation_checkpointing", "selective"): (0.90, -3000),
+    ("loss", "chunked"): (0.97, -2000), ("loss", "fused"): (1.00, -1800), ("loss", "onepass"): (1.06, -1500),
+    ("fp8", "blocks"): (1.02, 0), ("optimizer", "adamw"): (0.97, 0), ("optimizer", "adamw_8bit"): (0.97, -1500),
+    ("optimizer", "adamw_bf16_sr"): (1.02, -1000), ("compile", False): (0.50, 2000),
+    ("compile_mode", "reduce-overhead"): (1.04, 500),
+    ("grad_accum", 2): (0.95, -1500), ("grad_accum", 4): (0.90, -2500), ("grad_accum", 8): (0.80, -3000)}
+UNLISTED = (0.99, 0.0)
+TOGETHER = {frozenset({("loss", "onepass"), ("compile_mode", "reduce-overhead")}): 1.02}  # one graph, one launch
 
 
-def fake_measure(calls: list[str]) -> search.Measure:
-    def measure(cand: Candidate, settings: RunSettings) -> Run:
-        calls.append(cand.name)
-        tps, mem = 100_000.0, 10_000.0
-        for change in cand.changes:
-            tps *= SPEED.get(change, 0.99)
-            mem += MEMORY.get(change, 0)
-        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
-    return measure
+def figures(changes: dict[str, Any]) -> tuple[float, float]:
+    """The scripted machine's tokens/s and peak MiB for a candidate's changes to the recipe."""
+    tps, mem = START_TPS, START_MB
+    for change in changes.items():
+        speed, more = EFFECTS.get(change, UNLISTED)
+        tps, mem = tps * speed, mem + more
+    for pair, speed in TOGETHER.items():
+        tps *= speed if pair <= set(changes.items()) else 1.0
+    return tps, max(mem, FLOOR_MB)
 
 
-def passes_all(cand: Candidate, settings: RunSettings) -> Run:
-    return Run(cand.name, {}, "", "ok", passed=True, message="learns the same")
+class Killed(Exception):
+    """The scripted machine's kill: the process ends in the middle of a run."""
 
 
-def no_fp8_on_this_device(settings: RunSettings) -> str | None:
-    return "fp8 needs compute capability 8.9" if settings.fp8 != "none" else None
+class Machine:
+    """screen, repeat and judge for the search, on the scripted machine; every call is counted as `kind:name`, and
+    the call numbered `kill_at` (from 1) raises instead of running. A screening run's wall time is `screen_s`
+    (`timed_s` of it timed steps), a fresh-process repeat's `repeat_s`, a verdict's `judge_s`: by default what the
+    search estimates before it has measured any (search.Search.reserve_s)."""
+
+    def __init__(self, kill_at: int | None = None, fails_parity: tuple[str, ...] = (), screen_s: float = 10.0,
+                 timed_s: float = 2.0, repeat_s: float = 10.0, judge_s: float = 8.0) -> None:
+        self.kill_at, self.fails_parity = kill_at, fails_parity
+        self.screen_s, self.timed_s, self.repeat_s, self.judge_s = screen_s, timed_s, repeat_s, judge_s
+        self.calls: list[str] = []
+
+    def _call(self, kind: str, cand: Candidate) -> None:
+        if self.kill_at is not None and len(self.calls) + 1 == self.kill_at:
+            raise Killed(f"{kind}:{cand.name}")
+        self.calls.append(f"{kind}:{cand.name}")
+
+    def screen(self, cand: Candidate, settings: RunSettings) -> Run:
+        self._call("screen", cand)
+        assert RULES(settings) is None, f"the search ran {cand.name}, which the rules refuse"
+        tps, mem = figures(dict(cand.changes))
+        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.screen_s,
+                   extra={"timed_s": self.timed_s})
+
+    def repeat(self, cand: Candidate, settings: RunSettings) -> Run:
+        self._call("repeat", cand)
+        tps, mem = figures(dict(cand.changes))
+        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.repeat_s)
+
+    def judge(self, cand: Candidate, settings: RunSettings) -> Run:
+        self._call("judge", cand)
+        passed = cand.name not in self.fails_parity
+        return Run(cand.name, {}, "", "ok", passed=passed, wall_s=self.judge_s,
+                   message="learns the same" if passed else "0.3 nats worse")
+
+    def of(self, kind: str) -> list[str]:
+        return [c.split(":", 1)[1] for c in self.calls if c.startswith(kind + ":")]
 
 
 def limits(**kw: float) -> Limits:
-    return Limits(**{"budget_s": 10_000, "max_candidates": 200, "confirm": 2, "repeats": 2, "lean_floor": 0.85, **kw})
+    return Limits(**{"budget_s": 100_000.0, "max_candidates": 200, "confirm": 2, "repeats": 2, "lean_floor": 0.85,
+                     "parity_tokens": 0.0, **kw})
 
 
-def run_search(tmp_path: Path, calls: list[str], rules: search.Rules = no_fp8_on_this_device, **kw: float) -> dict:
+def searcher(path: Path, machine: Machine, warm: list[Warm] | None = None, start: RunSettings = RECIPE,
+             log: list[str] | None = None, **kw: float) -> Search:
+    """A search on the scripted machine, its journal at `path` (opened afresh, as a new process would)."""
+    return Search(start, RULES, machine.screen, machine.repeat, machine.judge, Journal(path, CONTEXT), limits(**kw),
+                  BATCH, warm, log=(log.append if log is not None else lambda _: None))
+
+
+def cand(*changes: Change) -> Candidate:
+    return Candidate().plus(*changes)
+
+
+def named(*changes: Change) -> str:
+    return cand(*changes).name
+
+
+PARAMS = parse_params(micro_params())
+OURS = [Warm("fastest", PARAMS.variants["fastest"]), Warm("lean", PARAMS.variants["lean"])]  # aggregate.ours
+SR = (("weight_dtype", "bf16"), ("optimizer", "adamw_bf16_sr"))  # the refused single's pair
+FASTEST = named(("weight_dtype", "bf16"), ("loss", "onepass"), ("fp8", "blocks"), ("optimizer", "adamw_bf16_sr"),
+                ("compile_mode", "reduce-overhead"))
+LEAN = named(("weight_dtype", "bf16"), ("activation_checkpointing", "selective"), ("optimizer", "adamw_bf16_sr"),
+             ("grad_accum", 4))
+
+
+# ---- the scripted machine itself ----
+
+def test_the_scripted_machine_multiplies_speeds_adds_memory_and_rewards_its_one_pair() -> None:
+    assert figures({}) == (100_000.0, 10_000.0)
+    assert figures({"loss": "onepass"}) == pytest.approx((106_000.0, 8_500.0))
+    assert figures({"loss": "inline"}) == pytest.approx((99_000.0, 10_000.0))  # unlisted: 1% slower
+    assert figures({"loss": "onepass", "compile_mode": "reduce-overhead"}) == pytest.approx((1.06 * 1.04 * 1.02e5, 9_000))
+    assert figures({"activation_checkpointing": "full", "loss": "chunked", "grad_accum": 8})[1] == FLOOR_MB
+
+
+# ---- moves ----
+
+def test_a_speed_search_never_moves_a_knob_back_to_its_unoptimized_value_where_the_start_left_it() -> None:
+    fastest = [c.name for c in moves(Candidate(), RECIPE, "fastest", BATCH)]
+    assert fastest == ["precision=tf32", "precision=fp16", "weight_dtype=bf16", "activation_checkpointing=full",
+                       "activation_checkpointing=selective", "loss=inline", "loss=chunked", "loss=fused", "loss=cce",
+                       "loss=onepass", "fp8=blocks", "fp8=head", "fp8=all", "optimizer=adamw_compiled",
+                       "optimizer=adamw_8bit", "optimizer=adamw_bf16_sr", "fused_clip=true",
+                       "compile_mode=reduce-overhead", "compile_mode=max-autotune-no-cudagraphs",
+                       "compile_mode=max-autotune"]
+    lean = [c.name for c in moves(Candidate(), RECIPE, "lean", BATCH)]
+    undone = {"precision=fp32", "attention=manual", "optimizer=adamw", "compile=false"}  # the recipe's four, undone
+    assert undone <= set(lean) and not undone & set(fastest)  # a search for memory may undo them
+    assert set(lean) - set(fastest) == undone | {"grad_accum=2", "grad_accum=4", "grad_accum=8"}
+
+
+@pytest.mark.parametrize("start", ["recipe", "fastest", "lean", "fp32_baseline"])
+def test_no_fastest_move_from_any_start_or_base_undoes_what_the_start_optimized(start: str) -> None:
+    settings = PARAMS.variants[start]
+    for base in (Candidate(), cand(("loss", "chunked")), cand(("fp8", "blocks"), ("compile_mode", "max-autotune"))):
+        if base.changes and not settings.compile:
+            continue  # compile modes need compile
+        for move in moves(base, settings, "fastest", BATCH):
+            knob, value = next((k, v) for k, v in move.changes if dict(base.changes).get(k) != v)
+            assert not (value == unoptimized(knob) and getattr(settings, knob) != value), (start, move.name)
+
+
+def test_micro_batch_moves_are_for_lean_only_and_keep_the_start_s_batch() -> None:
+    def accum(goal: str, start: RunSettings, batch: int) -> list[str]:
+        return [c.name for c in moves(Candidate(), start, goal, batch) if "grad_accum" in dict(c.changes)]
+
+    assert accum("lean", RECIPE, 16) == ["grad_accum=2", "grad_accum=4", "grad_accum=8"]
+    assert accum("lean", RECIPE, 12) == ["grad_accum=2", "grad_accum=4"]  # each a divisor of the batch
+    assert accum("lean", replace(RECIPE, grad_accum=4), 16) == ["grad_accum=8"]  # only more micro-batches
+    assert accum("fastest", RECIPE, 16) == []
+    assert all(m.settings(RECIPE).batch_size is None for m in moves(Candidate(), RECIPE, "lean", 16))
+    # an answer at another batch is an answer to another question: not a warm start
+    assert changes_from(RECIPE, replace(RECIPE, batch_size=32)) is None
+    assert changes_from(RECIPE, replace(RECIPE, loss="onepass")) == cand(("loss", "onepass"))
+
+
+@pytest.mark.xfail(strict=True, reason="search_moves.moves drops grad_accum=1 for fastest as an 'undo' (1 is the "
+                   "knob's default), so from a start with micro-batches the speed search never tries the whole batch "
+                   "at once; issue 44 item 2 asks for 'larger [micro-batches] for speed where it fits'")
+def test_a_speed_search_from_a_start_with_micro_batches_tries_the_whole_batch_at_once() -> None:
+    names = [c.name for c in moves(Candidate(), replace(RECIPE, grad_accum=4), "fastest", BATCH)]
+    assert "grad_accum=1" in names and "grad_accum=2" in names
+
+
+def test_candidates_are_named_in_the_knob_table_s_order_and_a_change_replaces_its_knob() -> None:
+    c = cand(("loss", "onepass")).plus(("precision", "fp32")).plus(("loss", "chunked"))
+    assert c.name == "precision=fp32+loss=chunked" and c.settings(RECIPE) == replace(RECIPE, precision="fp32",
+                                                                                    loss="chunked")
+    assert Candidate().name == "start" and cand(("compile", False)).name == "compile=false"
+
+
+# ---- partners ----
+
+def test_a_refused_move_is_retried_with_the_partner_its_refusal_names(tmp_path: Path) -> None:
+    machine = Machine()
+    s = searcher(tmp_path / "journal.jsonl", machine)
+    start = s.screen(Candidate(), "warm", None)
+    runs = s.screen_or_partner(cand(("optimizer", "adamw_bf16_sr")), "moves", start)
+    assert [(r.name, r.status) for r in runs] == [("optimizer=adamw_bf16_sr", "refused"), (named(*SR), "ok")]
+    assert "weight_dtype='fp32' is not valid; expected bf16 with optimizer=adamw_bf16_sr" in runs[0].message
+    assert machine.calls == ["screen:start", "screen:weight_dtype=bf16+optimizer=adamw_bf16_sr"]
+    # a refusal that names no other knob has no partner, and nothing more is run
+    assert s.screen_or_partner(cand(("fp8", "head"), ("loss", "onepass")), "moves", start)[0].status == "refused"
+    assert len(machine.calls) == 2
+
+
+def test_a_whole_search_screens_the_pair_where_the_single_is_refused(tmp_path: Path) -> None:
+    machine = Machine()
+    searcher(tmp_path / "journal.jsonl", machine).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    return Search(RECIPE, rules, fake_measure(calls), passes_all, journal, limits(**kw), log=lambda _: None).run()
+    assert journal.get("moves", "optimizer=adamw_bf16_sr").status == "refused"
+    assert journal.get("moves", named(*SR)).tokens_per_sec == pytest.approx(1.03 * 1.02 * START_TPS)
+    assert "screen:optimizer=adamw_bf16_sr" not in machine.calls
 
 
-def test_singles_change_one_searched_knob_each_and_never_repeat_the_recipe() -> None:
-    names = [c.name for c in search.singles(RECIPE)]
-    assert len(names) == len(set(names)) and "start" not in names
-    assert "loss=onepass" in names and "precision=fp32" in names and "compile=false" in names
-    assert "precision=bf16" not in names  # the recipe's own value
-    assert not any(n.startswith(("nproc=", "parallel=", "batch_size=", "ddp_")) for n in names)
-    assert search.choices("compile") == (False, True) and search.choices("nproc") == ()
+@pytest.mark.xfail(strict=True, reason="search_moves.partner takes the knob from the refusal's first key; fused_clip's "
+                   "refusal is keyed 'fused_clip=True is not valid; ... set optimizer=adamw_fused with it', the "
+                   "candidate's own knob, so partner returns None and the pair is never tried")
+def test_fused_clip_is_retried_with_fused_adamw_when_the_start_lacks_it() -> None:
+    start = replace(RECIPE, optimizer="adamw")
+    single = cand(("fused_clip", True))
+    reason = RULES(single.settings(start))
+    assert reason is not None and reason.startswith("fused_clip=True is not valid")
+    assert partner(single, reason, start, RULES) == cand(("optimizer", "adamw_fused"), ("fused_clip", True))
 
 
-def test_candidate_names_follow_the_knob_table_and_a_change_replaces_its_knob() -> None:
-    cand = Candidate().plus(("loss", "onepass")).plus(("precision", "fp32")).plus(("loss", "chunked"))
-    assert cand.name == "precision=fp32+loss=chunked"
-    assert cand.settings(RECIPE) == replace(RECIPE, precision="fp32", loss="chunked")
-    assert Candidate().name == "start" and Candidate((("compile", False),)).name == "compile=false"
+# ---- the whole search on the scripted machine ----
 
-
-def test_the_fake_machine_s_best_is_found(tmp_path: Path) -> None:
-    calls: list[str] = []
-    result = run_search(tmp_path, calls)
+def test_the_search_finds_the_scripted_machine_s_fastest_and_lean(tmp_path: Path) -> None:
+    machine = Machine()
+    result = searcher(tmp_path / "journal.jsonl", machine).run()
     assert result["status"] == "ok"
-    # every change faster than the recipe, except fp8 (refused here) and the worse of two values of one knob
-    assert result["fastest"]["name"] == "loss=onepass+compile_mode=reduce-overhead"
-    assert result["fastest"]["ratio_to_start"] == pytest.approx(1.06 * 1.04)
-    # least memory at 85% of the recipe's speed or more: full checkpointing (0.8x) is too slow
-    assert result["lean"]["name"] == "activation_checkpointing=selective+loss=chunked"
-    assert result["lean"]["peak_mem_mb"] == pytest.approx(10_000 - 3000 - 2000)
-    assert not any("fp8=" in name for name in calls), "a refused candidate was run"
+    # fastest: the best single (onepass), then each move that helped, best first: the bf16_sr pair, CUDA graphs
+    # (and their bonus with onepass), fp8; bf16 weights alone were already in the pair
+    assert result["fastest"]["name"] == FASTEST
+    assert result["fastest"]["ratio_to_start"] == pytest.approx(1.06 * 1.03 * 1.02 * 1.04 * 1.02 * 1.02)
+    assert [r.name for r in result["paths"]["fastest"]] == ["start", "loss=onepass", named(*SR, ("loss", "onepass")),
+                                                            named(*SR, ("loss", "onepass"),
+                                                                  ("compile_mode", "reduce-overhead")), FASTEST]
+    # lean: least memory at 85% of the start's speed or more; the chunked loss would take it to 82,545 tokens/s
+    assert result["lean"]["name"] == LEAN and result["lean"]["peak_mem_mb"] == FLOOR_MB
+    assert result["lean"]["tokens_per_sec"] == pytest.approx(1.03 * 1.02 * 0.9 * 0.9 * START_TPS)
+    assert result["lean"]["parity"] == "learns the same"
 
 
-def test_every_run_is_journaled_and_a_resumed_search_repeats_nothing(tmp_path: Path) -> None:
-    calls: list[str] = []
-    first = fake_measure(calls)
-
-    def killed_after_ten(cand: Candidate, settings: RunSettings) -> Run:
-        if len(calls) == 10:
-            raise KeyboardInterrupt
-        return first(cand, settings)
-
+def test_warm_starts_are_screened_first_right_after_the_start_and_searched_around(tmp_path: Path) -> None:
+    machine = Machine()
+    result = searcher(tmp_path / "journal.jsonl", machine, OURS).run()
+    ours_fastest = changes_from(RECIPE, PARAMS.variants["fastest"])
+    ours_lean = changes_from(RECIPE, PARAMS.variants["lean"])
+    assert machine.of("screen")[:3] == ["start", ours_fastest.name, ours_lean.name]
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    with pytest.raises(KeyboardInterrupt):
-        Search(RECIPE, no_fp8_on_this_device, killed_after_ten, passes_all, journal, limits(), log=lambda _: None).run()
-    before = list(calls)
-    with (tmp_path / "journal.jsonl").open("a") as f:
-        f.write('{"context": {"model": "gpt2_1')  # a line cut short by the kill
-    calls.clear()
-    result = run_search(tmp_path, calls)
-    assert not set(before) & set(calls), "a finished run was repeated"
-    full: list[str] = []
-    assert result == run_search(tmp_path / "fresh", full) and sorted(before + calls) == sorted(full)
+    assert [r.name for r in journal.runs.values()][:3] == machine.of("screen")[:3]
+    assert all(r.phase == "warm" for r in list(journal.runs.values())[:3])
+    # the fastest moves start from the best warm point (ours): the first in the knob table's order that the rules allow
+    first = next(m for m in moves(ours_fastest, RECIPE, "fastest", BATCH) if RULES(m.settings(RECIPE)) is None)
+    assert machine.of("screen")[3] == first.name == ours_fastest.plus(("activation_checkpointing", "full")).name
+    assert result["paths"]["fastest"][0].name == ours_fastest.name
 
 
-def test_a_journal_from_another_context_is_not_used(tmp_path: Path) -> None:
-    calls: list[str] = []
-    run_search(tmp_path, calls)
-    journal = Journal(tmp_path / "journal.jsonl", {**CONTEXT, "batch": 32})
-    assert journal.runs == {} and (tmp_path / "journal.jsonl").read_text() == ""
+def test_a_stale_answer_from_another_device_or_software_is_not_used(tmp_path: Path) -> None:
+    from benchlab.search_runs import warm_starts  # imports torch; no run here
+
+    here = {**CONTEXT, "model": "gpt2_350m"}
+    answer = knob_values(replace(RECIPE, fp8="blocks"))
+    stale = knob_values(replace(RECIPE, precision="fp16", loss="fused", optimizer="adamw_8bit"))
+    path = tmp_path / "journal.jsonl"
+    lines = [(here, answer, "fastest"), ({**here, "device": "NVIDIA A100-SXM4-80GB"}, stale, "fastest"),
+             ({**here, "torch": "2.9.0"}, stale, "lean"), ({**here, "memory_cap_gib": 24}, stale, "lean"),
+             (CONTEXT, stale, "fastest")]  # this size's own answer from another code is not "elsewhere" either
+    path.write_text("".join(json.dumps({"context": {**ctx, "source_sha256": "old"} if ctx is CONTEXT else ctx,
+                                        **asdict(Run(goal, values, "found", "ok"))}) + "\n"
+                            for ctx, values, goal in lines))
+    found = Journal(path, CONTEXT).found_elsewhere()
+    assert found == [("fastest (gpt2_350m)", answer)]
+    warm = warm_starts(PARAMS, found + [("fastest (gpt2_774m)", {"adam_state": "8bit"})])  # an old knob table
+    assert [w.label for w in warm] == ["fastest", "lean", "fastest (gpt2_350m)"]
+    assert warm_starts(PARAMS, [("lean (gpt2_350m)", knob_values(PARAMS.variants["lean"]))]) == warm[:2]  # once
+    machine = Machine()
+    searcher(path, machine, warm).run()
+    assert machine.of("screen")[3] == "fp8=blocks" and Journal(path, CONTEXT).get("warm", "fp8=blocks") is not None
+    stale_name = changes_from(RECIPE, RunSettings(**stale)).name
+    assert stale_name not in machine.of("screen")
 
 
-def test_the_budget_stops_screening_and_the_record_says_what_ran(tmp_path: Path) -> None:
-    calls: list[str] = []
-    run_search(tmp_path, calls, budget_s=30 * 5, repeats=0)  # five 30-second runs
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    screened = [r for r in journal.runs.values() if r.phase == "singles" and r.status == "ok"]
-    assert len(screened) == 5 and calls[0] == "start"
-    csv = search.candidates_csv(journal, 100_000.0).splitlines()
-    assert csv[0] == ",".join(search.CSV_COLUMNS)
-    assert csv[1].startswith("start,singles,ok,1e+05,1,1e+04,30,")
-    refused = [line for line in csv if ",refused," in line]
-    assert refused and all("fp8 needs compute capability 8.9" in line for line in refused)
+def test_the_answers_are_journaled_as_found_once_and_are_params_yaml_variants(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    result = searcher(path, Machine()).run()
+    found = [json.loads(line) for line in path.read_text().splitlines() if json.loads(line)["phase"] == "found"]
+    assert [(f["name"], f["context"]) for f in found] == [("fastest", CONTEXT), ("lean", CONTEXT)]
+    variants = found_variants(result, RECIPE, "gpt2_124m")
+    assert variants["fastest_gpt2_124m"] == found[0]["changes"] == {
+        "precision": "bf16", "weight_dtype": "bf16", "attention": "sdpa", "loss": "onepass", "fp8": "blocks",
+        "optimizer": "adamw_bf16_sr", "compile": True, "compile_mode": "reduce-overhead"}
+    assert variants["lean_gpt2_124m"] == found[1]["changes"]
+    p = parse_params(micro_params(variants={**micro_params()["variants"], **variants}))  # they load as variants
+    assert p.variants["lean_gpt2_124m"] == cand(*Candidate(tuple(result["lean"]["changes"].items())).changes).settings(
+        RECIPE) and p.variants["lean_gpt2_124m"].grad_accum == 4
+    searcher(path, Machine()).run()
+    assert sum(json.loads(line)["phase"] == "found" for line in path.read_text().splitlines()) == 2
+    assert found_variants({"status": "ok", "fastest": {"name": None}}, RECIPE, "tiny") == {}
 
 
-def test_max_candidates_counts_runs_not_refusals(tmp_path: Path) -> None:
-    calls: list[str] = []
-    run_search(tmp_path, calls, max_candidates=3, repeats=0)
-    assert calls == ["start", "precision=fp32", "precision=tf32"]
+def test_a_start_that_does_not_run_stops_the_search(tmp_path: Path) -> None:
+    machine = Machine()
+    machine.screen = lambda c, s: Run(c.name, {}, "", "oom", message="out of memory at 23.9 GiB")  # type: ignore
+    result = searcher(tmp_path / "journal.jsonl", machine).run()
+    assert result == {"status": "failed", "message": "the start itself did not run (oom: out of memory at 23.9 GiB)"}
+    assert searcher(tmp_path / "other.jsonl", Machine(), budget_s=0).run() == {
+        "status": "failed", "message": "the start itself did not run (the budget allowed no run)"}
 
 
 def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> None:
-    judged: list[str] = []
+    machine = Machine(fails_parity=(FASTEST,))
+    result = searcher(tmp_path / "journal.jsonl", machine).run()
+    runner_up = named(*SR, ("loss", "onepass"), ("compile_mode", "reduce-overhead"))
+    assert result["fastest"]["name"] == runner_up
+    assert machine.of("judge")[:2] == [FASTEST, runner_up]
+    never = searcher(tmp_path / "never.jsonl", Machine(fails_parity=(FASTEST, runner_up))).run()
+    assert never["fastest"] == {"name": None, "message": "none of the 2 confirmed candidates passed parity"}
 
-    def onepass_learns_differently(cand: Candidate, settings: RunSettings) -> Run:
-        judged.append(cand.name)
-        passed = settings.loss != "onepass"
-        return Run(cand.name, {}, "", "ok", passed=passed, message="learns the same" if passed else "0.3 nats worse")
 
+# ---- the front ----
+
+def point(name: str, tps: float | None, mem: float | None) -> Run:
+    return Run(name, {}, "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
+
+
+def test_the_front_drops_dominated_points_and_keeps_the_first_of_a_tie() -> None:
+    a, b, c = point("a", 100.0, 50.0), point("b", 120.0, 80.0), point("c", 90.0, 40.0)
+    beaten = [point("slower, more", 95.0, 60.0), point("as fast, more", 120.0, 81.0), point("slower, as much", 99.0, 50.0)]
+    tie = point("tie", 100.0, 50.0)  # the same figures as `a`, after it
+    assert [r.name for r in pareto([*beaten, a, b, c, tie])] == ["b", "a", "c"]
+    assert [r.name for r in pareto([tie, a])] == ["tie"]
+    assert pareto([]) == []
+
+
+@pytest.mark.xfail(strict=True, reason="search.pareto reads a missing figure as 0 (`o.peak_mem_mb or 0`), so a run "
+                   "with tokens/s but no memory figure beats every slower run, then is dropped itself: the front is empty")
+def test_a_run_without_a_memory_figure_takes_nobody_off_the_front() -> None:
+    assert [r.name for r in pareto([point("a", 100.0, 50.0), point("no memory", 500.0, None)])] == ["a"]
+
+
+def test_the_search_s_front_leaves_out_points_that_fail_parity(tmp_path: Path) -> None:
+    machine = Machine()
+    result = searcher(tmp_path / "journal.jsonl", machine).run()
+    names = [r.name for r in result["front"]]
+    assert names[0] == FASTEST and names[-1] == named(("weight_dtype", "bf16"), ("activation_checkpointing", "selective"),
+                                                      ("loss", "onepass"), ("optimizer", "adamw_bf16_sr"),
+                                                      ("grad_accum", 4))  # lean's answer, faster at the same memory
+    assert len(machine.of("judge")) == len(set(machine.of("judge")))  # no point judged twice
+    assert set(names) <= set(machine.of("judge"))  # every point judged
+    loser = names[1]
+    again = Machine(fails_parity=(loser,))
+    front = [r.name for r in searcher(tmp_path / "other.jsonl", again).run()["front"]]
+    assert loser not in front and set(front) >= set(names) - {loser}
+    # what the loser hid comes onto the front: every screening run it alone dominated
+    journal = Journal(tmp_path / "other.jsonl", CONTEXT)
+    ok = [r for r in journal.runs.values() if r.phase in SCREENING and r.status == "ok" and r.name != loser]
+    assert front == [r.name for r in pareto(ok)]
+
+
+def test_the_front_csv_marks_the_answers_and_each_point_s_verdict(tmp_path: Path) -> None:
+    result = searcher(tmp_path / "journal.jsonl", Machine()).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, fake_measure([]), onepass_learns_differently, journal,
-                    limits(confirm=3), log=lambda _: None).run()
-    assert result["fastest"]["name"] == "compile_mode=reduce-overhead"
-    assert judged[0] == "loss=onepass+compile_mode=reduce-overhead"
-    assert journal.get("parity", judged[0]).passed is False
+    rows = list(csv.DictReader(search_report.front_csv(result, journal).splitlines()))
+    assert list(rows[0]) == list(search_report.FRONT_COLUMNS)
+    assert [r["name"] for r in rows] == [r.name for r in result["front"]]
+    assert rows[0]["answer"] == "fastest" and all(r["parity"] == "passed" for r in rows)
+    assert rows[-1]["peak_mem_mb"] == "1500" and [r["answer"] for r in rows[1:]] == [""] * (len(rows) - 1)
 
 
-def test_a_recipe_that_does_not_run_stops_the_search(tmp_path: Path) -> None:
-    def oom(cand: Candidate, settings: RunSettings) -> Run:
-        return Run(cand.name, {}, "", "oom", message="out of memory at 23.9 GiB")
+@pytest.mark.xfail(strict=True, reason="search.Search.score ranks lean by memory alone: of two candidates at the same "
+                   "peak memory it keeps the first found, not the faster, so lean's answer can be a point another "
+                   "measured candidate dominates, off the front (here LEAN; LEAN+loss=onepass: 1,500 MiB at 1.06x its "
+                   "speed). Equal peaks are common on a GPU: compile modes without CUDA graphs allocate alike")
+def test_lean_s_answer_is_on_the_front(tmp_path: Path) -> None:
+    result = searcher(tmp_path / "journal.jsonl", Machine()).run()
+    assert result["lean"]["name"] in [r.name for r in result["front"]]
 
+
+# ---- the budget ----
+
+def test_the_plan_line_says_how_many_runs_the_budget_buys(tmp_path: Path) -> None:
+    log: list[str] = []
+    s = searcher(tmp_path / "journal.jsonl", Machine(), log=log, budget_s=200, confirm=1, repeats=1)
+    start = s.screen(Candidate(), "warm", None)
+    # kept: 3 fresh-process repeats (the start, one per goal) at the start's screening run, 2 verdicts at its
+    # overhead (10 s less its 2 timed)
+    assert s.reserve_s(start) == 3 * 10 + 2 * 8
+    assert s.plan_line(start) == ("search: budget 200 s: the start's screening run took 10.0 s, so about 14 more "
+                                  "screening runs fit after 46 s kept for confirmation and parity")
+    with_tokens = searcher(tmp_path / "j2.jsonl", Machine(), budget_s=200, confirm=1, repeats=1, parity_tokens=1e6)
+    assert with_tokens.reserve_s(with_tokens.screen(Candidate(), "warm", None)) == 3 * 10 + 2 * (8 + 10)
+
+
+def test_spent_includes_confirmation_and_parity(tmp_path: Path) -> None:
+    machine = Machine(repeat_s=25.0)
+    result = searcher(tmp_path / "journal.jsonl", machine).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, oom, passes_all, journal, limits(), log=lambda _: None).run()
-    assert result == {"status": "failed", "message": "the recipe itself did not run (oom: out of memory at 23.9 GiB)"}
+    spent = 10 * len(machine.of("screen")) + 25 * len(machine.of("repeat")) + 8 * len(machine.of("judge"))
+    assert journal.spent_s() == spent and machine.of("repeat") and machine.of("judge")
+    facts = search_report.summary(result, journal, limits())
+    assert facts["spent_s"] == spent and facts["runs"] == len(machine.of("screen"))
 
 
-def test_found_variants_are_params_yaml_variants(tmp_path: Path) -> None:
-    result = run_search(tmp_path, [])
-    found = search.found_variants(result, RECIPE, "gpt2_124m")
-    assert found["fastest_gpt2_124m"] == {"precision": "bf16", "attention": "sdpa", "loss": "onepass",
-                                          "optimizer": "adamw_fused", "compile": True, "compile_mode": "reduce-overhead"}
-    assert set(found) == {"fastest_gpt2_124m", "lean_gpt2_124m"}
-    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
-    assert all(json.loads(line)["context"] == CONTEXT for line in lines)
-
-
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                   liger_version="0.8.5", cce=True, gpu_count=1)
-CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True, cpu_count=2)
-
-
-@pytest.mark.parametrize("device", [H200, CPU], ids=["h200", "cpu"])
-def test_every_candidate_run_obeys_the_knobs_own_rules(tmp_path: Path, device: DeviceFacts) -> None:
-    ran: list[RunSettings] = []
-    measure = fake_measure([])
-
-    def recording(cand: Candidate, settings: RunSettings) -> Run:
-        ran.append(settings)
-        return measure(cand, settings)
-
+def test_screening_stops_early_enough_to_leave_the_reserve(tmp_path: Path) -> None:
+    machine = Machine()
+    result = searcher(tmp_path / "journal.jsonl", machine, budget_s=200, confirm=1, repeats=1).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    Search(RECIPE, search.rules_for(device, 16), recording, passes_all, journal, limits(), log=lambda _: None).run()
-    for settings in ran:
-        check_combination("", settings, 16)  # raises on a broken rule
-        assert unsupported_reason(settings, device) is None, settings
-    refused = {r.name: r.message for r in journal.runs.values() if r.status == "refused"}
-    # a change that needs another: torchao's stochastic-rounding AdamW steps bf16 weights only
-    assert "optimizer=adamw_bf16_sr" in refused and "weight_dtype" in refused["optimizer=adamw_bf16_sr"]
-    if device is CPU:
-        assert "fp8=blocks" in refused and "compile_mode=reduce-overhead" in refused
-        assert not any(s.fp8 != "none" or s.compile_mode != "default" or s.precision == "fp16" for s in ran)
-    else:
-        assert "fp8=head" not in refused and "precision=fp16" not in refused
-        # the float8 output layer is bypassed by the heads that multiply by its weight themselves
-        rules = search.rules_for(H200, 16)
-        assert "with fp8=head" in str(rules(replace(RECIPE, loss="onepass", fp8="head")))
-        assert rules(replace(RECIPE, loss="onepass", fp8="blocks")) is None
-        assert "a divisor of the batch size 16" in str(rules(replace(RECIPE, grad_accum=3)))
+    screens = machine.of("screen")
+    # every screening run began with its spent time plus the 46 s reserve under the budget
+    assert len(screens) == 16 and 10 * (len(screens) - 1) + 46 < 200 <= 10 * len(screens) + 46
+    # the reserve was what confirmation and parity then took: the start's, fastest's and lean's repeats, two verdicts
+    assert machine.of("repeat") == ["start", result["fastest"]["name"], result["lean"]["name"]]
+    assert machine.of("judge")[:2] == [result["fastest"]["name"], result["lean"]["name"]]
+    assert journal.spent_s() == 160 + 30 + 16 and len(machine.of("judge")) == 2  # nothing left for the front
+
+
+@pytest.mark.xfail(strict=True, reason="search.Search.can_screen checks spent + reserve < budget before a screening "
+                   "run, not after it: the last screening run overshoots the budget (plan_line promises 14 more runs "
+                   "at budget 200 and the search makes 15: 206 s spent), and front() starts a verdict whenever spent < budget")
+def test_the_whole_search_stays_within_its_budget_when_runs_cost_what_was_estimated(tmp_path: Path) -> None:
+    machine = Machine()
+    searcher(tmp_path / "journal.jsonl", machine, budget_s=200, confirm=1, repeats=1).run()
+    assert len(machine.of("screen")) == 1 + 14  # as the plan line said
+    assert Journal(tmp_path / "journal.jsonl", CONTEXT).spent_s() <= 200
+
+
+def test_max_candidates_counts_runs_not_refusals(tmp_path: Path) -> None:
+    machine = Machine()
+    searcher(tmp_path / "journal.jsonl", machine, max_candidates=4, repeats=0).run()
+    assert machine.of("screen") == ["start", "precision=tf32", "precision=fp16", "weight_dtype=bf16"]
+
+
+# ---- the journal and resuming ----
+
+def full_run(tmp_path: Path) -> tuple[list[str], list[str], dict]:
+    """An uninterrupted search with warm starts: its calls, each call's phase, its result."""
+    machine = Machine()
+    result = searcher(tmp_path / "full.jsonl", machine, OURS).run()
+    return machine.calls, call_phases(tmp_path / "full.jsonl"), result
+
+
+def call_phases(path: Path) -> list[str]:
+    """Each run's phase, from the journal's lines in order (a refusal or an answer is no run): the goals'
+    screening runs are the combining, a verdict after the answers were journaled is the front's."""
+    out, answered = [], False
+    for entry in map(json.loads, path.read_text().splitlines()):
+        answered = answered or entry["phase"] == "found"
+        if entry["phase"] != "found" and entry["status"] != "refused":
+            phase = {"fastest": "combine", "lean": "combine"}.get(entry["phase"], entry["phase"])
+            out.append("front" if answered and phase == "parity" else phase)
+    return out
+
+
+@pytest.mark.parametrize("phase", ["warm", "moves", "combine", "confirm", "parity", "front"])
+def test_a_search_killed_in_any_phase_resumes_without_repeating_a_run(tmp_path: Path, phase: str) -> None:
+    calls, phases, result = full_run(tmp_path)
+    assert len(phases) == len(calls) and set(phases) == {"warm", "moves", "combine", "confirm", "parity", "front"}
+    runs = [i for i, p in enumerate(phases) if p == phase]
+    kill_at = runs[min(1, len(runs) - 1)] + 1  # the phase's second run where it has two (its first journaled)
+    path = tmp_path / "killed.jsonl"
+    first = Machine(kill_at=kill_at)
+    with pytest.raises(Killed):
+        searcher(path, first, OURS).run()
+    assert first.calls == calls[: kill_at - 1]
+    with path.open("a") as f:
+        f.write('{"context": {"model": "gpt2_1')  # the line the kill cut short
+    second = Machine()
+    assert searcher(path, second, OURS).run() == result
+    assert second.calls == calls[kill_at - 1:], "a finished run was repeated, or one was left out"
+    third = Machine()
+    assert searcher(path, third, OURS).run() == result and third.calls == []
+
+
+def test_the_journal_drops_a_cut_last_line_and_keeps_other_contexts_lines(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "journal.jsonl"
+    journal = Journal(path, CONTEXT)
+    journal.add(Run("start", {}, "warm", "ok", tokens_per_sec=1.0))
+    other = json.dumps({"context": {**CONTEXT, "model": "gpt2_350m"}, **asdict(Run("x", {}, "found", "ok"))})
+    with path.open("a") as f:
+        f.write(other + "\n" + "not json\n")
+    journal.add(Run("loss=inline", {"loss": "inline"}, "moves", "ok", tokens_per_sec=2.0))
+    with path.open("a") as f:
+        f.write('{"context": {"mod')  # cut by a kill
+    again = Journal(path, CONTEXT)
+    assert list(again.runs) == [("warm", "start"), ("moves", "loss=inline")]
+    assert [(ctx["model"], run.name) for ctx, run in again.others] == [("gpt2_350m", "x")]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(e["context"]["model"], e["name"]) for e in lines] == [("gpt2_124m", "start"), ("gpt2_350m", "x"),
+                                                                   ("gpt2_124m", "loss=inline")]
+    assert again.screened("loss=inline").tokens_per_sec == 2.0 and again.screened("x") is None
+    assert Journal(path, {**CONTEXT, "batch_size": 32}).runs == {}  # another context starts afresh
+    assert len(path.read_text().splitlines()) == 3  # and keeps every line
+
+
+def test_a_candidate_screened_in_any_phase_is_not_measured_again(tmp_path: Path) -> None:
+    machine = Machine()
+    s = searcher(tmp_path / "journal.jsonl", machine)
+    first = s.journal.add(Run("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0))
+    combined = s.journal.add(Run(named(("loss", "onepass"), ("fp8", "blocks")), {}, "fastest", "ok", tokens_per_sec=1.0))
+    assert s.screen(cand(("loss", "onepass")), "lean", None) is first
+    assert s.screen(cand(("loss", "onepass"), ("fp8", "blocks")), "lean", None) is combined
+    assert machine.calls == []
+
+
+# ---- what it records ----
+
+def test_where_a_run_s_time_went_is_recorded_in_the_candidates_file(tmp_path: Path) -> None:
+    from benchlab.runner import RunRecord
+    from benchlab.search_runs import breakdown
+
+    rec = RunRecord(status="ok", startup_s=3.0, init_s=1.5, apply_s=0.5, warmup_s=4.0, window_wall_ms=600.0, eval_s=0.25)
+    parts = breakdown(rec, 10.0)
+    assert parts == {"startup_s": 3.0, "build_s": 1.5, "apply_s": 0.5, "warmup_s": 4.0, "timed_s": 0.6, "eval_s": 0.25,
+                     "other_s": pytest.approx(0.15)}
+    later = breakdown(RunRecord(status="ok", init_s=1.0, warmup_s=2.0), 3.5)  # the worker's start paid already
+    assert later["startup_s"] is None and later["timed_s"] is None and later["other_s"] == 0.5
+    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
+    journal.add(Run("start", {}, "warm", "ok", tokens_per_sec=100.0, peak_mem_mb=5.0, wall_s=10.0, extra=parts))
+    journal.add(Run("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=110.0, peak_mem_mb=4.0,
+                    wall_s=3.5, extra=later))
+    journal.add(Run("loss=cce", {"loss": "cce"}, "moves", "refused", message='needs "cce", or use loss=chunked'))
+    text = search_report.candidates_csv(journal, 100.0)
+    assert "\r" not in text and text.endswith("\n")
+    rows = list(csv.DictReader(text.splitlines()))
+    assert tuple(rows[0]) == search_report.CSV_COLUMNS == ("name", "phase", "status", "tokens_per_sec", "ratio_to_start",
+                                                            "peak_mem_mb", "wall_s", "startup_s", "build_s", "apply_s",
+                                                            "warmup_s", "timed_s", "eval_s", "passed", "message")
+    assert [rows[0][k] for k in search_report.BREAKDOWN] == ["3", "1.5", "0.5", "4", "0.6", "0.25"]
+    assert rows[1]["startup_s"] == "" and rows[1]["ratio_to_start"] == "1.1" and rows[1]["wall_s"] == "3.5"
+    assert rows[2]["message"] == 'needs "cce", or use loss=chunked' and rows[2]["tokens_per_sec"] == ""
+    assert search_report.breakdown(journal) == {"wall_s": 6.75, "startup_s": 3.0, "build_s": 1.25, "apply_s": 0.5,
+                                                "warmup_s": 3.0, "timed_s": 0.6, "eval_s": 0.25}
 
 
 def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
-    result = run_search(tmp_path, [])
+    result = searcher(tmp_path / "journal.jsonl", Machine()).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    out = search.summary(result, journal, limits())
-    assert out["fastest"] == "loss=onepass+compile_mode=reduce-overhead"
-    assert out["fastest_ratio_to_start"] == pytest.approx(1.06 * 1.04) and out["start_tokens_per_sec"] == 100_000
-    assert out["runs"] == journal.measured() and out["spent_s"] == 30.0 * out["runs"]
+    out = search_report.summary(result, journal, limits())
+    assert out["fastest"] == FASTEST and out["lean"] == LEAN and out["start_tokens_per_sec"] == START_TPS
+    assert out["refused"] == sum(r.status == "refused" for r in journal.runs.values()) > 0
+    assert out["screening_run_s_median"] == 10.0 and out["front_points"] == len(result["front"])
     assert all(not isinstance(v, (dict, list)) for v in out.values())
-    failed = search.summary({"status": "failed", "message": "the recipe itself did not run"}, journal, limits())
-    assert failed["lean"] == "none: the recipe itself did not run" and failed["lean_tokens_per_sec"] is None
-
-
-def test_confirming_ranks_by_the_median_of_the_repeats_and_keeps_lean_above_its_floor(tmp_path: Path) -> None:
-    fast_once = {"loss=onepass+compile_mode=reduce-overhead", "activation_checkpointing=selective+loss=chunked"}
-    seen: list[str] = []
-    measure = fake_measure(seen)
-
-    def slower_on_repeats(cand: Candidate, settings: RunSettings) -> Run:
-        run = measure(cand, settings)
-        if cand.name in fast_once and seen.count(cand.name) > 1:
-            run.tokens_per_sec = 80_000.0  # the repeats: below both the runner-up and lean's floor of 85,000
-        return run
-
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, slower_on_repeats, passes_all, journal, limits(confirm=3),
-                    log=lambda _: None).run()
-    assert result["fastest"]["name"] == "loss=onepass" and result["fastest"]["tokens_per_sec"] == pytest.approx(106_000)
-    assert result["lean"]["name"] == "activation_checkpointing=selective+loss=onepass"
-    assert result["lean"]["tokens_per_sec"] >= 85_000 and result["lean"]["peak_mem_mb"] == 10_000 - 3000 - 1500
-    assert result["fastest"]["parity"] == "learns the same" and result["fastest"]["changes"] == {"loss": "onepass"}
-    repeats = [r.name for r in journal.runs.values() if r.phase == "confirm"]
-    assert "loss=onepass#1" in repeats and "loss=onepass#2" in repeats and "loss=onepass#3" not in repeats
-
-
-def test_a_search_stopped_at_parity_resumes_without_repeating_a_run(tmp_path: Path) -> None:
-    calls: list[str] = []
-    judged: list[str] = []
-
-    def judge_stopped_once(cand: Candidate, settings: RunSettings) -> Run:
-        if not judged:
-            judged.append("stopped")
-            raise KeyboardInterrupt
-        judged.append(cand.name)
-        return passes_all(cand, settings)
-
-    def start() -> dict:
-        journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-        return Search(RECIPE, no_fp8_on_this_device, fake_measure(calls), judge_stopped_once, journal, limits(),
-                      log=lambda _: None).run()
-
-    with pytest.raises(KeyboardInterrupt):
-        start()
-    before = len(calls)
-    result = start()
-    full: list[str] = []
-    assert result == run_search(tmp_path / "fresh", full)
-    assert sorted(calls) == sorted(full) and len(calls) > before  # lean's repeats ran only after the stop
-    assert judged[1:] == [result["fastest"]["name"], result["lean"]["name"]]
-    result_again = start()
-    assert result_again == result and len(judged) == 3, "a finished verdict was judged again"
-
-
-def test_when_no_candidate_learns_the_same_the_goal_says_so(tmp_path: Path) -> None:
-    def never(cand: Candidate, settings: RunSettings) -> Run:
-        return Run(cand.name, {}, "", "ok", passed=False, message="0.4 nats worse")
-
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, fake_measure([]), never, journal, limits(), log=lambda _: None).run()
-    assert result["fastest"] == {"name": None, "message": "none of the 2 confirmed candidates passed parity"}
-    assert journal.get("parity", "loss=onepass+compile_mode=reduce-overhead").message == "0.4 nats worse"
-
-    runs: list[str] = []
-
-    def all_oom_on_repeats(cand: Candidate, settings: RunSettings) -> Run:
-        run = fake_measure(runs)(cand, settings)
-        return run if runs == ["start"] else Run(cand.name, {}, "", "oom", message="out of memory")
-
-    journal = Journal(tmp_path / "other.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, all_oom_on_repeats, never, journal, limits(),
-                    log=lambda _: None).run()
-    assert result["fastest"] == {"name": None, "message": "no candidate was confirmed"}
-
-
-def test_the_journal_keeps_every_whole_line_of_its_context_and_rewrites_only_those(tmp_path: Path) -> None:
-    path = tmp_path / "deep" / "er" / "journal.jsonl"
-    journal = Journal(path, CONTEXT)
-    journal.add(Run("start", {}, "singles", "ok", tokens_per_sec=1.0))
-    with path.open("a") as f:
-        f.write('{"context": {"mod\n')  # a cut line in the middle, then more whole ones
-        f.write(json.dumps({"context": {"other": 1}, **Run("x", {}, "singles", "ok").__dict__}) + "\n")
-    journal.add(Run("loss=inline", {"loss": "inline"}, "fastest", "ok", tokens_per_sec=2.0))
-    again = Journal(path, CONTEXT)
-    assert list(again.runs) == [("singles", "start"), ("fastest", "loss=inline")]
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(entry["context"], entry["name"]) for entry in lines] == [(CONTEXT, "start"), (CONTEXT, "loss=inline")]
-
-
-def test_combining_runs_are_journaled_under_their_goal_and_logged_in_order(tmp_path: Path) -> None:
-    said: list[str] = []
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    Search(RECIPE, no_fp8_on_this_device, fake_measure([]), passes_all, journal, limits(), log=said.append).run()
-    assert said[:2] == ["search: singles #1: start", "search: singles #2: precision=fp32"]
-    assert journal.get("fastest", "loss=onepass+compile_mode=reduce-overhead").tokens_per_sec == pytest.approx(110_240)
-    assert journal.get("singles", "loss=onepass+compile_mode=reduce-overhead") is None
-    assert journal.get("singles", "fp8=blocks").status == "refused"
-    measured = [line for line in said if "#" in line]
-    assert [int(line.split("#")[1].split(":")[0]) for line in measured] == list(range(1, len(measured) + 1))
-
-
-def test_the_candidates_file_quotes_what_a_comma_or_quote_would_break(tmp_path: Path) -> None:
-    import csv
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    journal.add(Run("start", {}, "singles", "ok", tokens_per_sec=100.0, peak_mem_mb=5.0, wall_s=1.0))
-    journal.add(Run("loss=cce", {"loss": "cce"}, "singles", "refused", message='needs "cce", or use loss=chunked'))
-    text = search.candidates_csv(journal, 100.0)
-    assert "\r" not in text and text.endswith("\n")  # plain newlines, as every other file the lab writes
-    rows = list(csv.DictReader(text.splitlines()))
-    assert rows[1]["message"] == 'needs "cce", or use loss=chunked' and rows[1]["tokens_per_sec"] == ""
-    assert rows[0]["ratio_to_start"] == "1" and rows[0]["peak_mem_mb"] == "5"
-    out = search.summary({"status": "ok", "start": journal.get("singles", "start")}, journal, limits(budget_s=60))
-    assert out == {"status": "ok", "runs": 1, "spent_s": 1.0, "budget_s": 60, "refused": 1,
-                   "start_tokens_per_sec": 100.0, "start_peak_mem_mb": 5.0,
-                   **{f"{goal}{key}": None for goal in ("fastest", "lean")
-                      for key in ("_tokens_per_sec", "_ratio_to_start", "_peak_mem_mb")},
-                   "fastest": "none: ", "lean": "none: "}
+    failed = search_report.summary({"status": "failed", "message": "the start itself did not run"}, journal, limits())
+    assert failed["lean"] == "none: the start itself did not run" and failed["lean_tokens_per_sec"] is None
 
 
 @pytest.mark.slow
 def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
-    """The real stage on a CPU: fresh-process screening runs, parity of the winners, outputs, and a rerun that
-    repeats nothing."""
+    """The real stage on a CPU (processes spawned: the screening worker, fresh-process repeats, parity): every
+    output, and a rerun that repeats nothing."""
     data = yaml.safe_load((workdir / "params.yaml").read_text())
     data["parity"].update(steps=8, tail_steps=2, tolerance=5.0)
-    data["search"] = {"start": "fp32_baseline", "budget_s": 600, "max_candidates": 3, "confirm": 1, "repeats": 1,
-                      "lean_floor": 0.5}
+    data["aggregate"]["ours"] = ["sdpa"]  # a warm start that runs on a CPU without compiling
+    data["search"] = {"start": "fp32_baseline", "budget_s": 600, "screen_steps": 2, "max_candidates": 3, "confirm": 1,
+                      "repeats": 1, "lean_floor": 0.5}
     (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = lambda *args, stage="": subprocess.run([sys.executable, "-m", *args], cwd=workdir, capture_output=True,  # noqa: E731
@@ -347,134 +573,36 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     assert run("stages.parity", "prep", "rec", "curves", stage="parity_reference").returncode == 0
     first = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
     assert first.returncode == 0, first.stderr
-    # the start, then the first singles in the knob table's order; fp16 and bf16 weights are refused on a CPU
-    assert [line.split(": ")[-1] for line in first.stdout.splitlines() if line.startswith("search: singles #")] == \
-        ["start", "precision=tf32", "precision=bf16"]
-    rows = (workdir / "out/candidates.csv").read_text().splitlines()
-    assert rows[0] == ",".join(search.CSV_COLUMNS) and any(r.startswith("precision=fp16,singles,refused,") for r in rows)
+    said = first.stdout.splitlines()
+    plan = next(i for i, line in enumerate(said) if line.startswith("search: budget 600 s: the start's screening run "))
+    assert said[0] == "search: warm #1: start" and plan < said.index("search: warm #2: attention=sdpa")
+    # the start, the warm start, then the first fastest move in the knob table's order; fp16 is refused on a CPU
+    assert [line.split(": ")[-1] for line in said if " #" in line] == ["start", "attention=sdpa", "precision=tf32"]
+    out = workdir / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["candidates.csv", "found.yaml", "front.csv", "front.png",
+                                                     "journal.jsonl", "report.md"]
+    journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    phases = [e["phase"] for e in journal]
+    assert phases[:2] == ["warm", "warm"] and "confirm" in phases and "parity" in phases and "found" in phases
+    assert all(e["context"]["model"] == "tiny" and e["context"]["device"] for e in journal)
+    rows = list(csv.DictReader((out / "candidates.csv").read_text().splitlines()))
+    assert tuple(rows[0]) == search_report.CSV_COLUMNS and rows[0]["name"] == "start"
+    assert all(float(rows[0][k]) >= 0 for k in ("startup_s", "build_s", "warmup_s", "timed_s"))
+    assert any(r["name"] == "precision=fp16" and r["status"] == "refused" for r in rows)
+    front = list(csv.DictReader((out / "front.csv").read_text().splitlines()))
+    assert front and tuple(front[0]) == search_report.FRONT_COLUMNS
     summary = json.loads((workdir / "search.json").read_text())
-    assert summary["runs"] == 3 and summary["start_tokens_per_sec"] > 0 and summary["fastest_tokens_per_sec"] > 0
-    found = yaml.safe_load((workdir / "out/found.yaml").read_text())["variants"]
+    assert summary["runs"] == 3 and summary["start_tokens_per_sec"] > 0 and summary["front_points"] == len(front)
+    assert summary["spent_s"] > 0 and summary["screening_run_s_median"] > 0
+    found = yaml.safe_load((out / "found.yaml").read_text())["variants"]
     assert set(found) == {"fastest_tiny", "lean_tiny"}
+    assert {r["answer"] for r in front} >= {"fastest"} or any("fastest" in r["answer"] for r in front)
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Search on ") and "![front](front.png)" in report and "| startup |" in report
+    assert (out / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = {name: (out / name).read_bytes() for name in ("journal.jsonl", "candidates.csv", "front.csv", "found.yaml")}
     again = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
-    assert again.returncode == 0 and "#" not in again.stdout and "parity of" not in again.stdout, again.stdout
+    assert again.returncode == 0, again.stderr
+    assert " #" not in again.stdout and "parity of" not in again.stdout and "repeated" not in again.stdout, again.stdout
     assert json.loads((workdir / "search.json").read_text()) == summary
-
-
-def test_the_summary_counts_refusals_and_gives_each_goal_s_own_reason(tmp_path: Path) -> None:
-    result = run_search(tmp_path, [])
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    refused = [r for r in journal.runs.values() if r.status == "refused"]
-    assert refused and all("fp8" in r.name for r in refused)  # this fake device refuses fp8 alone
-    assert search.summary(result, journal, limits())["refused"] == len(refused) < len(journal.runs)
-    done = search.summary({"status": "done", "message": "overall", "lean": {"message": "no candidate learns the same"}},
-                          journal, limits())
-    assert done["lean"] == "none: no candidate learns the same" and done["fastest"] == "none: overall"
-
-
-def test_a_budget_that_allows_no_run_says_so(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    result = Search(RECIPE, no_fp8_on_this_device, fake_measure([]), passes_all, journal, limits(budget_s=0),
-                    log=lambda _: None).run()
-    assert result == {"status": "failed", "message": "the recipe itself did not run (the budget allowed no run)"}
-
-
-def test_a_combination_the_knobs_refuse_is_refused_by_their_own_message() -> None:
-    rules = search.rules_for(DeviceFacts(kind="cpu", name="cpu", cxx=True), batch=8)
-    assert rules(RunSettings(nproc=2)) == ("nproc=2 is not valid; expected 1 with parallel=none (set parallel=ddp or "
-                                           "parallel=fsdp2 to run more processes)")
-    assert rules(RunSettings(precision="fp16")) == "precision=fp16 with loss scaling needs a CUDA GPU; use bf16 or fp32 on CPU"
-    assert rules(RunSettings()) is None
-
-
-# Combining, step by step, on a scripted machine: each candidate's tokens/s and memory are given by name, so
-# ties, interactions and the lean floor's edge are set exactly where a greedy search must decide.
-A, B, D = ("loss", "onepass"), ("compile_mode", "reduce-overhead"), ("activation_checkpointing", "selective")
-R = ("fused_clip", True)  # refused alone, allowed once loss=onepass is in (a rule made up for the test)
-
-
-def cand(*changes: Change) -> Candidate:
-    out = Candidate()
-    for change in changes:
-        out = out.plus(change)
-    return out
-
-
-def named(*changes: Change) -> str:
-    return cand(*changes).name
-
-
-def single(change: Change, tps: float | None, mem: float | None, status: str = "ok") -> Run:
-    return Run(named(change), dict([change]), "singles", status, tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
-
-
-def scripted(tmp_path: Path, results: dict[str, tuple[float, float]], calls: list[str],
-             lean_floor: float = 0.85) -> Search:
-    def measure(candidate: Candidate, settings: RunSettings) -> Run:
-        calls.append(candidate.name)
-        tps, mem = results[candidate.name]
-        return Run(candidate.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=30.0)
-
-    def r_needs_a(settings: RunSettings) -> str | None:
-        return "fused_clip needs loss=onepass here" if settings.fused_clip and settings.loss != "onepass" else None
-
-    journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    return Search(RECIPE, r_needs_a, measure, passes_all, journal, limits(lean_floor=lean_floor, repeats=0),
-                  log=lambda _: None)
-
-
-START = Run("start", {}, "singles", "ok", tokens_per_sec=100_000.0, peak_mem_mb=10_000.0)
-
-
-def test_fastest_keeps_a_combination_only_when_it_is_strictly_faster_and_retries_the_refused_singles(
-        tmp_path: Path) -> None:
-    calls: list[str] = []
-    results = {named(A, B): (150_000.0, 13_000.0),  # no faster than A alone: a tie is not kept
-               named(A, D): (160_000.0, 11_000.0), named(A, D, R): (170_000.0, 11_500.0)}
-    runs = [single(B, 120_000.0, 9_000.0), single(A, 150_000.0, 12_000.0), single(D, 110_000.0, 10_000.0),
-            single(R, None, None, "refused")]
-    ranked = scripted(tmp_path, results, calls).combine("fastest", START, runs)
-    assert calls == [named(A, B), named(A, D), named(A, D, R)]  # from the best single, one change at a time
-    assert [r.name for r in ranked] == [named(A, D, R), named(A, D)]  # the two fastest, fastest first
-
-
-def test_lean_keeps_only_combinations_at_or_above_the_floor_and_ranks_by_memory(tmp_path: Path) -> None:
-    calls: list[str] = []
-    results = {named(A, B): (49_000.0, 5_000.0),  # the least memory, but below half the start's speed
-               named(A, D): (50_000.0, 6_500.0)}  # exactly at the floor: kept
-    runs = [single(D, 100_000.0, 9_500.0), single(A, 90_000.0, 7_000.0), single(B, 95_000.0, 8_000.0),
-            single(R, 40_000.0, 1_000.0)]  # below the floor alone: never a starting point
-    ranked = scripted(tmp_path, results, calls, lean_floor=0.5).combine("lean", START, runs)
-    assert calls == [named(A, B), named(A, D)]
-    assert [r.name for r in ranked] == [named(A, D), named(A)]
-
-
-def test_a_lean_candidate_exactly_at_the_floor_is_confirmed(tmp_path: Path) -> None:
-    search_ = scripted(tmp_path, {}, [], lean_floor=0.5)
-    at_floor = Run(named(A), dict([A]), "lean", "ok", tokens_per_sec=50_000.0, peak_mem_mb=6_000.0)  # 0.5 x 100k
-    assert search_.eligible("lean", at_floor, START)
-    assert search_.confirm("lean", START, [at_floor])["name"] == named(A)
-
-
-def test_a_run_that_did_not_finish_ok_is_never_eligible_even_with_a_speed(tmp_path: Path) -> None:
-    diverged = Run("x", {}, "singles", "diverged", tokens_per_sec=500_000.0, peak_mem_mb=1.0)
-    assert not scripted(tmp_path, {}, []).eligible("fastest", diverged, START)
-    assert not scripted(tmp_path, {}, []).eligible("lean", diverged, START)
-
-
-def test_a_candidate_screened_in_any_phase_is_not_measured_again_in_another(tmp_path: Path) -> None:
-    calls: list[str] = []
-    search_ = scripted(tmp_path, {}, calls)
-    first = search_.journal.add(single(A, 150_000.0, 12_000.0))
-    lean = search_.journal.add(Run(named(A, D), dict([A, D]), "lean", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0))
-    assert search_.screen(cand(A), "fastest") is first
-    assert search_.screen(cand(A, D), "fastest") is lean
-    assert calls == []
-
-
-def test_a_budget_spent_while_combining_keeps_what_was_measured(tmp_path: Path) -> None:
-    calls: list[str] = []
-    measured_singles = [c for c in search.singles(RECIPE) if not no_fp8_on_this_device(c.settings(RECIPE))]
-    result = run_search(tmp_path, calls, budget_s=30 * (1 + len(measured_singles)), repeats=0)
-    assert len(calls) == 1 + len(measured_singles)  # the start and every single; no combination
-    assert result["status"] == "ok" and result["fastest"]["name"] == "loss=onepass"
+    assert {name: (out / name).read_bytes() for name in before} == before  # nothing appended, nothing changed
