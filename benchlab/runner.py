@@ -313,7 +313,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
 def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str:
     """One line: what ran out, at which batch, under which cap, the memory held and the allocation that failed.
 
-    e.g. "out of memory at batch 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for".
+    e.g. "out of memory at batch size 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for".
     A part torch's text or the memory reading does not give is left out; the whole text goes to the stage's log."""
     cap = f" under a {cap_gib:g} GiB cap" if cap_gib > 0 else ""
     held = memory.get("peak_mem_allocated_mb")
@@ -321,7 +321,7 @@ def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str
     parts = [f"{held:,.0f} MiB allocated" if held is not None else "",
              f"{asked[1]} more was asked for" if asked else ""]
     detail = " when ".join(part for part in parts if part)
-    return f"out of memory at batch {batch}{cap}" + (f": {detail}" if detail else "")
+    return f"out of memory at batch size {batch}{cap}" + (f": {detail}" if detail else "")
 
 
 def release(device: torch.device) -> None:

@@ -75,16 +75,16 @@ HELD = {"peak_mem_allocated_mb": 22_194.2, "peak_mem_reserved_mb": 22_488.0, "pe
 def test_an_oom_says_in_one_line_the_batch_the_cap_the_memory_held_and_what_was_asked() -> None:
     err = torch.OutOfMemoryError(TORCH_OOM)
     assert oom_message(16, 24, HELD, err) == (
-        "out of memory at batch 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for")
+        "out of memory at batch size 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for")
     assert oom_message(16, 0, HELD, err) == (  # no cap
-        "out of memory at batch 16: 22,194 MiB allocated when 3.07 GiB more was asked for")
+        "out of memory at batch size 16: 22,194 MiB allocated when 3.07 GiB more was asked for")
     assert oom_message(8, 0.25, HELD, torch.OutOfMemoryError("Tried to allocate 20.00 MiB.")) == (
-        "out of memory at batch 8 under a 0.25 GiB cap: 22,194 MiB allocated when 20.00 MiB more was asked for")
+        "out of memory at batch size 8 under a 0.25 GiB cap: 22,194 MiB allocated when 20.00 MiB more was asked for")
     assert oom_message(8, 0.5, HELD, RuntimeError("out of memory\nsecond line")) == (
-        "out of memory at batch 8 under a 0.5 GiB cap: 22,194 MiB allocated")  # torch named no allocation
+        "out of memory at batch size 8 under a 0.5 GiB cap: 22,194 MiB allocated")  # torch named no allocation
     assert oom_message(8, 24, {"peak_mem_allocated_mb": None}, err) == (
-        "out of memory at batch 8 under a 24 GiB cap: 3.07 GiB more was asked for")  # no reading of the memory
-    assert oom_message(8, 0, {}, RuntimeError("x")) == "out of memory at batch 8"
+        "out of memory at batch size 8 under a 24 GiB cap: 3.07 GiB more was asked for")  # no reading of the memory
+    assert oom_message(8, 0, {}, RuntimeError("x")) == "out of memory at batch size 8"
 
 
 def test_an_oom_in_a_run_is_one_line_in_the_record_and_torchs_whole_text_in_the_log(
@@ -95,7 +95,7 @@ def test_an_oom_in_a_run_is_one_line_in_the_record_and_torchs_whole_text_in_the_
     monkeypatch.setattr(runner, "train_step", out_of_memory)
     rec = train_once(params, RunSettings(), tokens, torch.device("cpu"), 4, 1, memory_cap_gib=0.0)
     # On a CPU the reading is the process's RSS, not allocated memory: that part is left out.
-    assert (rec.status, rec.message) == ("oom", "out of memory at batch 4: 3.07 GiB more was asked for")
+    assert (rec.status, rec.message) == ("oom", "out of memory at batch size 4: 3.07 GiB more was asked for")
     assert capsys.readouterr().err == f"out of memory: {TORCH_OOM}\n"
 
 
@@ -126,7 +126,7 @@ def test_on_a_gpu_a_run_past_the_cap_ends_oom_with_its_memory(tokens) -> None:
         harness.cap_memory(device, 0)  # the rest of the session gets the whole card back
     why = f"message {rec.message!r}, memory {rec.memory}"
     assert rec.status == "oom", why
-    assert rec.message.startswith("out of memory at batch 2048 under a 0.25 GiB cap: "), why
+    assert rec.message.startswith("out of memory at batch size 2048 under a 0.25 GiB cap: "), why
     assert rec.message.endswith(" more was asked for") and "\n" not in rec.message, why
     assert 0 < rec.memory["peak_mem_allocated_mb"] <= 0.25 * 1024, why
 
