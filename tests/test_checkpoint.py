@@ -74,6 +74,7 @@ def run_limited(stage: str, limit: int, args: list[str], cwd: Path) -> subproces
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_a_full_disk_while_saving_the_checkpoint_is_one_line_and_leaves_nothing(workdir: Path, prepared: Path) -> None:
     shutil.copytree(prepared, workdir / "prep")
     proc = run_limited("train", 100_000, TRAIN_ARGS, workdir)  # the tiny model's checkpoint is ~450 kB

@@ -144,6 +144,7 @@ def test_killing_prepare_half_way_leaves_nothing_load_tokens_accepts(tmp_path: P
         load_tokens(out)
 
 
+@pytest.mark.integration
 def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
     peaks = {}
     for size in (3_000_000, 15_000_000):

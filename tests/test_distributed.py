@@ -103,6 +103,7 @@ def test_scaling_efficiency_and_loss_gap_against_one_process() -> None:
 
 # --- two gloo ranks under torchrun ---
 
+@pytest.mark.integration
 def test_two_ranks_train_as_one_process_and_rank_0_alone_writes(dist_workdir: Path) -> None:
     variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "fsdp2_2": {"parallel": "fsdp2", "nproc": 2},
                 "fsdp2_root": {"parallel": "fsdp2", "nproc": 2, "fsdp_blocks_per_unit": 0}}
@@ -229,7 +230,7 @@ def test_the_nccl_group_gets_the_thread_block_limit_only_when_one_is_set(max_cta
         assert options is None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_fsdp2_with_bf16_parameters_evaluates_as_one_bf16_process(dist_workdir: Path) -> None:
     # On two H200s FSDP2 with bf16 parameters ended 0.059 nats lower in validation loss than one GPU at the same
     # global batch (README "Past one GPU"). On CPU the same settings agree: the gap is not in how the lab evaluates
@@ -245,7 +246,7 @@ def test_fsdp2_with_bf16_parameters_evaluates_as_one_bf16_process(dist_workdir: 
     assert two["final_train_loss"] == pytest.approx(one["final_train_loss"], abs=2e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_fsdp2_with_compiled_blocks_trains_as_one_compiled_process(dist_workdir: Path) -> None:
     write_params(dist_workdir, {"one_c": {"compile": True}, "fsdp2_c": {"compile": True, "parallel": "fsdp2", "nproc": 2}})
     for name in ("one_c", "fsdp2_c"):
@@ -278,6 +279,7 @@ def _rank_of(pid: int) -> str | None:
     return next((v.split(b"=", 1)[1].decode() for v in env_vars if v.startswith(b"RANK=")), None)
 
 
+@pytest.mark.integration
 def test_a_rank_that_dies_fails_the_stage_with_nothing_recorded(dist_workdir: Path) -> None:
     write_params(dist_workdir, {"ddp_2": {"parallel": "ddp", "nproc": 2}}, bench__steps=100000)
     proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--variant", "ddp_2", "prep", "results", "steps"],
@@ -311,7 +313,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_nodes_by_c10d_rendezvous_match_one_node_with_two_ranks(dist_workdir: Path) -> None:
     variants = {"ddp_2": {"parallel": "ddp", "nproc": 2}, "ddp_1x2": {"parallel": "ddp", "nproc": 1}}
     write_params(dist_workdir, variants)

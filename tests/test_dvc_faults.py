@@ -19,7 +19,7 @@ import yaml
 from tests.conftest import ROOT, copy_sources, micro_params
 from tests.test_pipeline import COPY, _processes_in, start_training
 
-pytestmark = pytest.mark.slow  # each test runs `dvc`, and torch in its stages: seconds each
+pytestmark = pytest.mark.integration  # each test runs `dvc`, and torch in its stages: seconds each
 TIMEOUT_S = 300  # a hang fails the test instead of the suite
 
 

@@ -133,6 +133,7 @@ def _stage_process(workdir: Path, prepared: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_or_sigterm_ends_a_stage_with_one_line_and_nothing_recorded(workdir: Path, prepared: Path,
                                                                            sig: int, code: int) -> None:

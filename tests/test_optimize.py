@@ -328,6 +328,7 @@ def _one_layer() -> GPT:
     return GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
 
 
+@pytest.mark.integration
 def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
     # Without the rounding (fp32 weights) the one compiled call and torchao's per-parameter calls run the same
     # arithmetic, so three steps land on the same weights; each step is one call per group, not one per parameter.
@@ -374,6 +375,7 @@ def _weights_under_a_schedule(settings: RunSettings, lrs: tuple[float, ...]) -> 
         torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
 
 
+@pytest.mark.integration
 def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the update is compiled here (its check asks for compile; the model's compile would only slow the test).
     monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)

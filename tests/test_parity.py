@@ -37,6 +37,7 @@ def test_verdict_against_the_tolerance_and_the_references_own_noise(gap, noise, 
     assert got_same is same and got_words.startswith(words)
 
 
+@pytest.mark.integration
 def test_the_batch_order_follows_data_seed_and_the_weights_follow_seed(tokens) -> None:
     p = parity_params()
     ref = p.variants[p.parity.reference]
@@ -54,6 +55,7 @@ def reference_of(p, tokens) -> dict:
     return parity.reference_record(p, runs, parity.data_passes(p, p.parity.reference, tokens))
 
 
+@pytest.mark.integration
 def test_the_reference_against_itself_learns_the_same(tokens) -> None:
     p = parity_params(parity__tolerance=1.0)
     ref = reference_of(p, tokens)
@@ -64,6 +66,7 @@ def test_the_reference_against_itself_learns_the_same(tokens) -> None:
     assert rec["tail_loss"] == pytest.approx(sum(same.losses[-4:]) / 4)
 
 
+@pytest.mark.integration
 def test_a_variant_with_a_wrong_learning_rate_fails_parity(tokens) -> None:
     p = parity_params(parity__tolerance=0.05)
     ref = {**reference_of(p, tokens), "noise_nats": 0.0}  # judge the gap alone
@@ -74,6 +77,7 @@ def test_a_variant_with_a_wrong_learning_rate_fails_parity(tokens) -> None:
     assert rec["gap_nats"] > 0.05
 
 
+@pytest.mark.integration
 def test_a_skipped_variant_or_reference_is_not_judged(tokens) -> None:
     p = parity_params()
     skipped = parity.train_curve(p, "fastest", tokens, CPU, 1)  # CUDA graphs: not on a CPU
@@ -126,6 +130,7 @@ def test_bad_parity_params_get_one_line_errors(overrides, words) -> None:
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.integration
 def test_the_stage_writes_what_aggregate_reads(workdir: Path) -> None:
     data = yaml.safe_load((workdir / "params.yaml").read_text())
     data["parity"].update(steps=8, tail_steps=3, tolerance=5.0, variants=["sdpa"])

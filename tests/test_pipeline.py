@@ -20,6 +20,8 @@ import yaml
 
 from tests.conftest import ROOT, copy_sources, micro_params
 
+pytestmark = pytest.mark.integration  # one DVC lab, built by `dvc repro` in a scratch copy: minutes
+
 # One xdist worker runs this whole module, so its DVC repository is built once: tests/conftest.py collects
 # these tests first, and xdist's first batch for the first worker holds them all.
 
@@ -203,7 +205,6 @@ def _hostile_params(repo: Path) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", ["repro", "repro -s", "repro target", "exp run -S", "exp run --queue", "exp apply"])
 def test_no_variant_name_reaches_a_shell(repo: Path, how: str) -> None:
     # Someone else's params.yaml, with names that quote, chain, substitute and break lines.
@@ -237,7 +238,6 @@ def test_no_variant_name_reaches_a_shell(repo: Path, how: str) -> None:
         sh(repo, "git", "checkout", "--", "params.yaml")
 
 
-@pytest.mark.slow
 def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["steps"] = 150  # long enough to be killed mid-run
@@ -281,7 +281,6 @@ def _processes_in(folder: Path, marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow
 def test_killing_only_dvc_stops_the_stage_and_it_never_writes(repo: Path) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["steps"] = 4000

@@ -554,7 +554,7 @@ def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
     assert failed["lean"] == "none: the start itself did not run" and failed["lean_tokens_per_sec"] is None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     """The real stage on a CPU (processes spawned: the screening worker, fresh-process repeats, parity): every
     output, and a rerun that repeats nothing."""

@@ -19,6 +19,7 @@ def run(params: Params, tokens, steps: int = 12, **settings: object):
     return train_once(params, RunSettings(**settings), tokens, CPU, steps=steps, warmup=2)
 
 
+@pytest.mark.integration
 def test_loss_falls_on_the_tiny_preset(tokens) -> None:
     p = parse_params(micro_params(train__lr=3e-3))
     rec = run(p, tokens, steps=40)
@@ -28,16 +29,19 @@ def test_loss_falls_on_the_tiny_preset(tokens) -> None:
     assert rec.losses[0] == pytest.approx(math.log(512), abs=0.3)  # starts near uniform
 
 
+@pytest.mark.integration
 def test_same_seed_gives_a_bit_identical_loss_curve(params: Params, tokens) -> None:
     a, b = run(params, tokens), run(params, tokens)
     assert a.losses == b.losses and a.val_loss == b.val_loss
 
 
+@pytest.mark.integration
 def test_another_seed_gives_another_curve(params: Params, tokens) -> None:
     other = replace(params, seed=params.seed + 1)
     assert run(params, tokens).losses != run(other, tokens).losses
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("settings, tol", [
     ({"attention": "sdpa"}, 1e-4),
     ({"optimizer": "adamw_fused"}, 1e-4),
@@ -52,6 +56,7 @@ def test_each_optimization_learns_the_same_as_the_baseline(params: Params, token
     assert abs(base.val_loss - other.val_loss) <= tol * 2
 
 
+@pytest.mark.integration
 def test_compiled_model_learns_the_same(params: Params, tokens) -> None:
     base = run(params, tokens, steps=4)
     compiled = run(params, tokens, steps=4, compile=True)
