@@ -69,29 +69,36 @@ class Search:
 
     # ---- the budget ----
 
-    def reserve_s(self, start: Run | None) -> float:
-        """What confirmation and parity will cost: measured where the journal has such runs, else estimated
-        from the start's screening run (the worker's first: a fresh process costs as much; a verdict, that run's
-        overhead plus parity's tokens at the start's speed)."""
-        screens = [r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
-        if not screens or start is None or not start.tokens_per_sec:
-            return 0.0
-        # Until one has run, a fresh process costs what the start's screening run did: a process's start and a
-        # first compilation.
-        fresh = _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
+    def fresh_s(self, start: Run) -> float:
+        """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
+        a process's start and a first compilation)."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
+
+    def verdict_s(self, start: Run) -> float:
+        """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
         timed = start.extra.get("timed_s") or 0.0
-        verdict = _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
-            start.wall_s - timed + self.limits.parity_tokens / start.tokens_per_sec
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
+            start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
+
+    def reserve_s(self, start: Run | None) -> float:
+        """What confirmation (the start's and each goal's) and parity will cost, less what has run of them."""
+        if start is None or not start.tokens_per_sec:
+            return 0.0
         done_confirm = sum(1 for r in self.journal.runs.values() if r.phase == "confirm")
         done_parity = sum(1 for r in self.journal.runs.values() if r.phase == "parity")
         confirms = max(0, (len(GOALS) * self.limits.confirm + 1) * self.limits.repeats - done_confirm)  # +1: start
         verdicts = max(0, len(GOALS) - done_parity)
-        return confirms * fresh + verdicts * verdict
+        return confirms * self.fresh_s(start) + verdicts * self.verdict_s(start)
+
+    def screening_s(self) -> float:
+        """A screening run's cost: the median so far."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
 
     def can_screen(self, start: Run | None) -> bool:
+        """Another screening run fits: it, and what confirmation and parity will cost, end within the budget."""
         if self.journal.measured() >= self.limits.max_candidates:
             return False
-        return self.journal.spent_s() + self.reserve_s(start) < self.limits.budget_s
+        return self.journal.spent_s() + self.screening_s() + self.reserve_s(start) <= self.limits.budget_s
 
     def plan_line(self, start: Run) -> str:
         """The first line a user reads: what the budget buys at the measured screening cost."""
@@ -154,17 +161,17 @@ class Search:
             if answers[goal].get("name") and self.journal.get("found", goal) is None:
                 settings = Candidate(tuple(answers[goal]["changes"].items())).settings(self.start)
                 self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
-        return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front()}
+        return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front(start)}
 
-    def front(self) -> list[Run]:
+    def front(self, start: Run) -> list[Run]:
         """The measured candidates no other beats on both tokens/s and peak memory, fastest first; each point is
-        judged for parity while the budget lasts, and one that fails leaves the front."""
+        judged for parity while the budget has room for a verdict, and one that fails leaves the front."""
         while True:
             failed = {n for (phase, n), r in self.journal.runs.items() if phase == "parity" and not r.passed}
             points = pareto([r for r in self.journal.runs.values()
                              if r.phase in SCREENING and r.status == "ok" and r.name not in failed])
             unjudged = [r for r in points if self.journal.get("parity", r.name) is None]
-            if not unjudged or self.journal.spent_s() >= self.limits.budget_s:
+            if not unjudged or self.journal.spent_s() + self.verdict_s(start) > self.limits.budget_s:
                 return points
             self.verdict(Candidate(tuple(unjudged[0].changes.items())))
 
@@ -177,7 +184,7 @@ class Search:
         for cand in moves(base_cand, self.start, goal, self.batch):
             tried += self.screen_or_partner(cand, "moves", start)
         better = sorted((r for r in tried if self.eligible(goal, r, start) and self.score(goal, r) > self.score(goal, base)),
-                        key=lambda r: -self.score(goal, r))
+                        key=lambda r: self.score(goal, r), reverse=True)
         current = better[0] if better else base
         path = [base] + ([current] if better else [])
         for other in better[1:]:
@@ -193,7 +200,7 @@ class Search:
                 path.append(run)
         self.paths[goal] = path
         pool = {r.name: r for r in [*points, *tried] if self.eligible(goal, r, start)}
-        return sorted(pool.values(), key=lambda r: -self.score(goal, r))[: self.limits.confirm]
+        return sorted(pool.values(), key=lambda r: self.score(goal, r), reverse=True)[: self.limits.confirm]
 
     def eligible(self, goal: str, run: Run, start: Run) -> bool:
         if run.status != "ok" or run.tokens_per_sec is None:
@@ -203,9 +210,10 @@ class Search:
                 run.tokens_per_sec >= self.limits.lean_floor * float(start.tokens_per_sec or 0)
         return True
 
-    def score(self, goal: str, run: Run) -> float:
-        """Larger is better: tokens/s for fastest, less peak memory for lean."""
-        return float(run.tokens_per_sec or 0) if goal == "fastest" else -float(run.peak_mem_mb or 0)
+    def score(self, goal: str, run: Run) -> tuple[float, float]:
+        """Larger is better: tokens/s for fastest, then less memory; less peak memory for lean, then tokens/s."""
+        tps, mem = float(run.tokens_per_sec or 0), -float(run.peak_mem_mb or 0)
+        return (tps, mem) if goal == "fastest" else (mem, tps)
 
     def repeats_of(self, cand: Candidate) -> list[Run]:
         """The candidate's fresh-process repeats, from the journal or run now."""
@@ -244,7 +252,7 @@ class Search:
             floor = self.limits.lean_floor * float(start.tokens_per_sec or 0) if goal == "lean" else 0.0
             if tps >= floor:
                 confirmed.append((cand, tps, mem))
-        confirmed.sort(key=lambda c: -c[1] if goal == "fastest" else c[2])
+        confirmed.sort(key=lambda c: (-c[1], c[2]) if goal == "fastest" else (c[2], -c[1]))
         for cand, tps, mem in confirmed:
             verdict = self.verdict(cand)
             if verdict.passed:
@@ -270,8 +278,8 @@ def pareto(runs: list[Run]) -> list[Run]:
         return any((o.tokens_per_sec or 0) >= (r.tokens_per_sec or 0) and (o.peak_mem_mb or 0) <= (r.peak_mem_mb or 0)
                    and ((o.tokens_per_sec or 0) > (r.tokens_per_sec or 0) or (o.peak_mem_mb or 0) < (r.peak_mem_mb or 0)
                         or runs.index(o) < runs.index(r)) for o in runs if o is not r)
-    return sorted((r for r in runs if r.tokens_per_sec and r.peak_mem_mb and not beaten(r)),
-                  key=lambda r: -(r.tokens_per_sec or 0))
+    runs = [r for r in runs if r.tokens_per_sec and r.peak_mem_mb]  # a run without both figures is not a point
+    return sorted((r for r in runs if not beaten(r)), key=lambda r: -(r.tokens_per_sec or 0))
 
 
 def _median(values: list[float]) -> float:

@@ -6,6 +6,7 @@ unoptimized value (its default) are declared there, once.
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
@@ -78,7 +79,8 @@ def moves(base: Candidate, start: RunSettings, goal: str, batch: int) -> list[Ca
         for value in values:
             if value == getattr(here, knob):
                 continue
-            undo = value == unoptimized(knob) and getattr(start, knob) != value
+            # grad_accum's values already follow the goal (fewer micro-batches for speed, more for memory).
+            undo = knob != "grad_accum" and value == unoptimized(knob) and getattr(start, knob) != value
             if goal == "fastest" and undo:
                 continue
             out.append(base.plus((knob, value)))
@@ -104,14 +106,20 @@ def rules_for(device: DeviceFacts, batch: int) -> Rules:
 
 
 def partner(cand: Candidate, reason: str, start: RunSettings, rules: Rules) -> Candidate | None:
-    """The refused candidate with the partner its refusal names ("weight_dtype='fp32' is not valid; expected
-    bf16 with optimizer=adamw_bf16_sr" names weight_dtype): the first value of that knob the rules accept."""
-    knob = reason.split("=", 1)[0]
-    if knob not in KNOBS or not searched(knob) or knob in dict(cand.changes):
-        return None
-    for value in choices(knob):
+    """The refused candidate with the partner its refusal names: the knob the refusal is about
+    ("weight_dtype='fp32' is not valid; expected bf16 with optimizer=adamw_bf16_sr" names weight_dtype), or,
+    where that is the move itself, a knob=value the refusal proposes ("fused_clip=True is not valid; ... set
+    optimizer=adamw_fused with it"): the first the rules accept."""
+    here = cand.settings(start)
+    first = reason.split("=", 1)[0]
+    options = [(first, v) for v in choices(first)] if first in KNOBS else []
+    options += [(k, v) for k, word in re.findall(r"\b([a-z_0-9]+)=([\w-]+)", reason) if k in KNOBS
+                for v in choices(k) if _word(v) == word]
+    for knob, value in options:
+        if not searched(knob) or value == getattr(here, knob) or (knob, value) in cand.changes:
+            continue
         again = cand.plus((knob, value))
-        if value != getattr(cand.settings(start), knob) and rules(again.settings(start)) is None:
+        if len(again.changes) > len(cand.changes) and rules(again.settings(start)) is None:
             return again
     return None
 
