@@ -54,6 +54,7 @@ def test_a_second_timing_on_a_held_device_fails_with_the_holder(lock_dir: Path) 
         assert "bench@mine" in devlock.lock_path(CPU).read_text()
 
 
+@pytest.mark.integration
 def test_a_second_timing_waits_for_the_first_by_default(lock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = _hold_lock_in_another_process(1.5)
     start = time.monotonic()

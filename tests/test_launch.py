@@ -333,6 +333,7 @@ def probe_repeats(set_attr: Callable, set_env: Callable) -> None:
     os.write(1, b"end\n")
 
 
+@pytest.mark.integration
 def test_the_stage_s_lines_reach_a_pipe_in_order_with_its_children_s(monkeypatch: pytest.MonkeyPatch,
                                                                      capfd: pytest.CaptureFixture[str]) -> None:
     # Under DVC stdout is a pipe, block-buffered: each line must be flushed before the next child writes, so the

@@ -216,7 +216,7 @@ def model_with_its_gradients(n_layer: int) -> tuple[GPT, torch.Tensor, torch.Ten
     return model, x, y, expected
 
 
-@pytest.mark.parametrize("compile_chunks", [False, True])
+@pytest.mark.parametrize("compile_chunks", [False, pytest.param(True, marks=pytest.mark.integration)])
 def test_chunked_head_runs_after_the_wrapped_body(compile_chunks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the body goes to `wrap` (torch.compile, DDP); the head's per-chunk arithmetic is compiled apart when
     # asked, and the step sees the model's own loss and gradients.

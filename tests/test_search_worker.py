@@ -18,6 +18,7 @@ def worker_lab(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return workdir
 
 
+@pytest.mark.integration
 def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it(worker_lab: Path,
                                                                                  prepared: Path) -> None:
     worker = search_runs.Worker(str(prepared))
@@ -38,6 +39,7 @@ def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it
     assert refused.status == "error" and "precision=fp16" in refused.message
 
 
+@pytest.mark.integration
 def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(worker_lab: Path,
                                                                               prepared: Path) -> None:
     worker = search_runs.Worker(str(prepared))
