@@ -17,7 +17,7 @@ def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = 
     """
     io.forget_outputs()
     try:
-        lifeline.start()
+        lifeline.start(io.discard_outputs)
         main(argv)
         lifeline.finish()
     except LabError as err:
@@ -26,9 +26,7 @@ def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = 
         sys.exit(2)
     except (KeyboardInterrupt, lifeline.Stopped) as err:
         io.discard_outputs()
-        at = f" at {lifeline.where()}" if lifeline.where() else " before its first step"
-        why = "by the user" if isinstance(err, KeyboardInterrupt) or str(err) == "terminated" else f"because {err}"
-        print(f"stopped {why}{at}; nothing recorded", file=sys.stderr)
+        print(lifeline.stop_line("interrupted" if isinstance(err, KeyboardInterrupt) else str(err)), file=sys.stderr)
         code = 130 if isinstance(err, KeyboardInterrupt) else 143
         if lifeline.signalled():
             # Stopped from outside: end now. The interpreter's teardown (torch's and the thread pools' exit

@@ -1,5 +1,7 @@
 """Stage aggregate: every variant's result in one summary (JSON, markdown, CSV), its plots, and the run's report."""
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 from pathlib import Path
 

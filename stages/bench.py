@@ -12,6 +12,8 @@ repeats run (fresh processes, torchrun's ranks for a `parallel` variant) and
 when BENCHLAB_DEADLINE stops them: benchlab/launch.py.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import os
 import sys

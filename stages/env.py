@@ -8,6 +8,8 @@ emulated, and slow, on this machine. It also refuses a corpus holding a device,
 a FIFO or a socket, which DVC would otherwise hang on while hashing it.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 
 import yaml

@@ -4,6 +4,8 @@ The result names the model it measured (its preset and the checkpoint's sha256),
 finite number is never recorded.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import math
 

@@ -7,6 +7,8 @@ serve runs outside DVC. Each writes <name>.json to the record folder and <name>.
 side, for `dvc plots diff`) to the curve folder.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import os
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Stage prepare: corpus -> tokenizer (trained or given), train/val token files, meta.json, streamed."""
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 
 from benchlab.config import load_params

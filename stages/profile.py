@@ -8,6 +8,8 @@ is profiled (their collectives wait on each other), rank 0 writes the trace
 and the table, whose `communication` family holds the NCCL kernels.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import os
 from contextlib import nullcontext

@@ -7,6 +7,8 @@ search at another model size starts from what this one found. `--worker` is the 
 `--candidate FILE` a fresh-process confirmation run's; the stage starts both itself.
 """
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import sys
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Stage train: train the model the top-level params describe; save it, its metrics and its full record."""
 
+import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+
 import argparse
 import math
 from dataclasses import asdict

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -244,3 +245,110 @@ def test_a_library_bug_still_shows_its_traceback(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="a kernel failed"):
         run_main(stage, [])
+
+
+# ---------------------------------------------------------------- issue 46: no run outlives its parent
+
+# A stand-in for `dvc repro`: it starts the stage as DVC does (`$SHELL -c CMD`, DVC_STAGE set, the stage in its
+# own process group) and prints the shell's pid; the test kills it with SIGKILL, as a user's `kill -9 <dvc>`.
+DVC_STAND_IN = """
+import os, subprocess, sys
+shell = os.environ.get("SHELL") or "/bin/sh"
+child = subprocess.Popen([shell, "-c", sys.argv[1]], env={**os.environ, "DVC_STAGE": sys.argv[2]}, close_fds=True,
+                         stdout=sys.stderr)
+print(child.pid, flush=True)
+child.wait()
+"""
+KILL_AFTER_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+ENDS_WITHIN_S = 2.0
+# What each stage is run as, the stage's name in DVC_STAGE, its outputs, and the params that keep it running past
+# the last kill (so every kill lands in its work, not after its end).
+LONG = {"train__steps": 100_000, "bench__steps": 100_000, "parity__steps": 100_000}
+STAGES = {
+    "train": ("stages.train prep models/model.pt metrics/train.json metrics/records/train.json plots/train.csv",
+              "train", ["models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"], {}),
+    "bench in-process": ("stages.bench prep results steps", "bench@fp32_baseline",
+                         ["results/fp32_baseline.json", "steps/fp32_baseline.csv"], {"bench__repeats": 1}),
+    "bench fresh processes": ("stages.bench prep results steps", "bench@fp32_baseline",
+                              ["results/fp32_baseline.json", "steps/fp32_baseline.csv"], {"bench__repeats": 2}),
+    "parity": ("stages.parity prep parity curves", "parity_reference",
+               ["parity/reference-seeds.json", "curves/reference-seeds.csv"], {}),
+    "prepare": ("stages.prepare prepared", "prepare", ["prepared"], {"data__corpus": "big.txt", "data__vocab_size": 2048}),
+}
+
+
+def _lab(tmp_path: Path, prepared: Path, overrides: dict) -> Path:
+    """A scratch lab: the sources, micro params with `overrides`, the prepared tokens, and for prepare a corpus
+    that takes it longer than the last kill (the embedded one, 30 times)."""
+    import yaml
+
+    from tests.conftest import CORPUS, copy_sources
+
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    copy_sources(lab, ["benchlab", "model", "stages"])
+    shutil.copytree(prepared, lab / "prep")
+    params = micro_params(**{"data__corpus": "corpus.txt", **LONG, **overrides})
+    (lab / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    if "data__corpus" in overrides:
+        (lab / "big.txt").write_text(CORPUS.read_text(encoding="utf-8") * 30, encoding="utf-8")
+    return lab
+
+
+def _tagged(tag: str) -> list[int]:
+    """The live processes whose environment carries `tag`: the stand-in's shell, the stage and its children."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if tag.encode() in (proc / "environ").read_bytes() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return pids
+
+
+def _kill_dvc_during(lab: Path, stage: str, dvc_stage: str, after_s: float) -> tuple[float, float, str]:
+    """Start `stage` through the stand-in, kill the stand-in `after_s` seconds later; returns how long the stage's
+    processes lived on after the kill, the kill's wall-clock time, and what they printed."""
+    tag = f"benchlab-kill-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "BENCHLAB_LOCK_DIR": str(lab), "KILL_TEST_TAG": tag, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)  # the lab's own copy of the sources, never the checkout's
+    env.pop("BENCHLAB_STARTER_PID", None)
+    log = lab / "stage.log"
+    with log.open("w") as err:
+        dvc = subprocess.Popen([sys.executable, "-c", DVC_STAND_IN, f"{sys.executable} -m {stage}", dvc_stage],
+                               cwd=lab, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert dvc.stdout is not None and dvc.stdout.readline().strip().isdigit()
+        time.sleep(after_s)
+        assert _tagged(tag), f"the stage ended before its parent was killed: {log.read_text()[-2000:]}"
+        killed_wall, killed = time.time(), time.monotonic()
+        dvc.kill()
+        dvc.wait()
+        while _tagged(tag) and time.monotonic() - killed < 30:
+            time.sleep(0.02)
+        lived = time.monotonic() - killed
+    finally:
+        for pid in _tagged(tag):  # never leave a 100,000-step run behind a failed test
+            os.kill(pid, signal.SIGKILL)
+    return lived, killed_wall, log.read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("after_s", KILL_AFTER_S)
+@pytest.mark.parametrize("name", STAGES)
+def test_a_stage_ends_within_two_seconds_of_its_parent_s_death_and_writes_nothing_after(
+        tmp_path: Path, prepared: Path, name: str, after_s: float) -> None:
+    stage, dvc_stage, outputs, overrides = STAGES[name]
+    lab = _lab(tmp_path, prepared, overrides)
+    lived, killed_wall, log = _kill_dvc_during(lab, stage, dvc_stage, after_s)
+    print(f"{name}: parent killed {after_s} s after the start, the stage lived {lived:.2f} s more")
+    assert lived < ENDS_WITHIN_S, log
+    assert re.search(r"stopped because the process that started it \(.*\) died .*; nothing recorded", log), log
+    assert "Traceback" not in log, log
+    late = [str(p.relative_to(lab)) for p in lab.rglob("*") if p.is_file() and p.stat().st_mtime > killed_wall
+            and p.name != "stage.log"]
+    assert late == [], late
+    assert not [out for out in outputs if (lab / out).exists()], log

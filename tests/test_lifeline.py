@@ -2,12 +2,14 @@
 end-to-end tests (tests/test_faults.py: Linux's parent-death signal stops a stage before the watcher looks)
 cannot hide a broken one."""
 
+import importlib.machinery
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -31,13 +33,28 @@ def recording_libc(calls: list) -> type:
 @pytest.fixture()
 def state(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The lifeline's state, put back after the test."""
-    for key, value in {"orphaned": False, "signalled": False, "where": "", "pairs": [], "parent": "dvc 41"}.items():
+    for key, value in {"orphaned": False, "signalled": False, "where": "", "pairs": [], "parent": "dvc 41",
+                       "before_work": False, "cleanup": None}.items():
         monkeypatch.setitem(lifeline._state, key, value)
     return lifeline._state
 
 
+class Sleeps(list):
+    """A stand-in for time.sleep that records each wait and fails the test past `limit` of them, so a watcher
+    that never returns ends the test instead of filling memory."""
+
+    def __init__(self, limit: int = 50) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+        if len(self) > self.limit:
+            raise AssertionError(f"the watcher slept {len(self)} times without returning")
+
+
 def test_the_watcher_stops_the_stage_once_its_starter_is_gone(state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    looks, sleeps, kills = iter([False, False, True]), [], []
+    looks, sleeps, kills, forced = iter([False, False, True]), Sleeps(), [], []
     pairs = [(os.getpid(), 41)]
 
     def orphaned(seen: list) -> bool:
@@ -45,21 +62,33 @@ def test_the_watcher_stops_the_stage_once_its_starter_is_gone(state: dict, monke
         return next(looks)
 
     monkeypatch.setattr(lifeline, "orphaned", orphaned)
-    monkeypatch.setattr(lifeline.time, "sleep", sleeps.append)
+    monkeypatch.setattr(lifeline.time, "sleep", sleeps)
     monkeypatch.setattr(lifeline.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(lifeline, "_force_stop", lambda: forced.append(list(sleeps)))
     lifeline._watch(pairs)  # returns after the third look
-    assert sleeps == [lifeline.POLL_S] * 3
+    assert sleeps == [lifeline.POLL_S] * 3 + [lifeline.GRACE_S]
     assert kills == [(os.getpid(), signal.SIGTERM)] and state["orphaned"] is True
+    assert forced == [sleeps]  # the stage is ended after the grace, if the signal has not ended it by then
+
+
+def test_a_watcher_that_never_sees_its_starter_go_is_stopped_by_the_test(state: dict,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifeline, "orphaned", lambda pairs: False)
+    monkeypatch.setattr(lifeline.time, "sleep", Sleeps(limit=5))
+    with pytest.raises(AssertionError, match="slept 6 times"):
+        lifeline._watch([(os.getpid(), 41)])
 
 
 def test_the_watcher_does_not_signal_a_stage_the_parent_death_signal_already_stopped(
         state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     state["signalled"] = True
+    forced = []
     monkeypatch.setattr(lifeline, "orphaned", lambda pairs: True)
-    monkeypatch.setattr(lifeline.time, "sleep", lambda s: None)
+    monkeypatch.setattr(lifeline.time, "sleep", Sleeps())
     monkeypatch.setattr(lifeline.os, "kill", lambda pid, sig: pytest.fail("signalled twice"))
+    monkeypatch.setattr(lifeline, "_force_stop", lambda: forced.append(True))
     lifeline._watch([(os.getpid(), 41)])
-    assert state["orphaned"] is True
+    assert state["orphaned"] is True and forced == [True]
 
 
 def test_a_sigterm_says_whether_the_starter_died(state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,3 +238,192 @@ def test_a_process_s_parent_is_read_past_a_name_with_brackets() -> None:
         child.wait()
     assert lifeline._ppid_of(child.pid) is None  # gone
     assert lifeline._ppid_of(os.getpid()) == os.getppid()
+
+
+# ---------------------------------------------------------------- issue 46: armed before the imports
+
+class Exited(Exception):
+    """os._exit, stood in for so that the test process lives on."""
+
+
+@pytest.fixture()
+def exits(monkeypatch: pytest.MonkeyPatch) -> list:
+    codes: list = []
+
+    def exit_(code: int) -> None:
+        codes.append(code)
+        raise Exited(code)
+
+    monkeypatch.setattr(lifeline.os, "_exit", exit_)
+    return codes
+
+
+def test_a_stage_is_armed_only_when_it_runs_as_a_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    main = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert lifeline.run_as_stage() is False  # python -c, or no spec at all
+    main.__spec__ = importlib.machinery.ModuleSpec("stages.train", None)
+    assert lifeline.run_as_stage() is True
+    main.__spec__ = importlib.machinery.ModuleSpec("pytest", None)
+    assert lifeline.run_as_stage() is False
+
+
+def test_a_stop_before_the_stage_s_work_ends_the_process_at_once(state: dict, exits: list,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    state["before_work"] = True
+    with pytest.raises(Exited):
+        lifeline._stop("terminated", 143)
+    assert exits == [143] and capsys.readouterr().err == "stopped by the user before its first step; nothing recorded\n"
+    with pytest.raises(Exited):
+        lifeline._on_int(signal.SIGINT, None)
+    assert exits == [143, 130]
+
+
+def test_a_stop_during_the_work_raises_into_it(state: dict, exits: list) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        lifeline._stop("interrupted", 130)
+    with pytest.raises(lifeline.Stopped, match="^terminated$"):
+        lifeline._stop("terminated", 143)
+    assert exits == []
+
+
+@pytest.mark.parametrize(("why", "where", "line"), [
+    ("terminated", "", "stopped by the user before its first step; nothing recorded"),
+    ("interrupted", "step 3 of 9", "stopped by the user at step 3 of 9; nothing recorded"),
+    ("the process that started it (dvc 41) died", "step 3 of 9",
+     "stopped because the process that started it (dvc 41) died at step 3 of 9; nothing recorded"),
+])
+def test_a_stop_is_one_line_naming_why_and_where(state: dict, why: str, where: str, line: str) -> None:
+    state["where"] = where
+    assert lifeline.stop_line(why) == line
+
+
+@pytest.mark.parametrize("before_work", [False, True])
+def test_the_watcher_ends_a_stage_that_did_not_take_its_signal(state: dict, exits: list, before_work: bool,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    cleaned = []
+    state.update(before_work=before_work, cleanup=lambda: cleaned.append(True), where="step 5 of 9")
+    with pytest.raises(Exited):
+        lifeline._force_stop()
+    assert exits == [143] and cleaned == ([] if before_work else [True])  # before the work nothing was written
+    assert capsys.readouterr().err == ("stopped because the process that started it (dvc 41) died at step 5 of 9; "
+                                       "nothing recorded\n")
+
+
+def test_the_watcher_ends_the_stage_even_when_its_cleanup_fails(state: dict, exits: list) -> None:
+    def broken() -> None:
+        raise OSError("gone")
+
+    state["cleanup"] = broken
+    with pytest.raises(Exited):  # the cleanup's error cannot keep the process alive
+        lifeline._force_stop()
+    assert exits == [143]
+
+
+def test_a_finished_stage_has_nothing_to_clean_up(state: dict, arming: list) -> None:
+    lifeline.start(cleanup=lambda: None)
+    assert state["cleanup"] is not None and state["before_work"] is False
+    lifeline.finish()
+    assert state["cleanup"] is None
+
+
+def test_a_write_checks_the_chain_itself_before_any_signal_has_come(state: dict) -> None:
+    state["pairs"] = [(os.getpid(), os.getppid())]
+    lifeline.check()
+    state["pairs"] = [(os.getpid(), os.getppid() + 100000)]  # re-parented, and nobody has told yet
+    with pytest.raises(lifeline.Stopped, match=r"^the process that started it \(dvc 41\) died$"):
+        lifeline.check()
+    assert state["orphaned"] is True
+
+
+def test_a_stage_started_by_a_stage_watches_the_chain_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = os.getpid()
+    parents = {me: 500, 500: 400, 400: 300, 300: 1}  # a rank, torchrun's agent, the bench stage, ...
+    monkeypatch.setattr(lifeline, "_ppid_of", lambda pid: parents.get(pid))
+    monkeypatch.setenv(lifeline.STARTER, "400")
+    assert lifeline.watched() == [(me, 500), (500, 400)]
+    monkeypatch.setenv(lifeline.STARTER, "300")
+    assert lifeline.watched() == [(me, 500), (500, 400), (400, 300)]
+    monkeypatch.setenv(lifeline.STARTER, "77")  # not an ancestor: the starting stage is gone
+    assert lifeline.watched() == []
+    parents[me] = 1  # adopted by init before the chain reached it
+    monkeypatch.setenv(lifeline.STARTER, "400")
+    assert lifeline.watched() == []
+    monkeypatch.setenv(lifeline.STARTER, str(me))  # this stage's own pid, inherited through exec: not a starter
+    monkeypatch.setattr(lifeline, "_comm", lambda pid: "dvc")
+    assert lifeline.watched() == [(me, os.getppid())]
+
+
+def test_a_chain_up_to_a_starter_is_not_followed_forever(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifeline, "_ppid_of", lambda pid: pid + 1)  # never reaches it
+    monkeypatch.setenv(lifeline.STARTER, "3")
+    assert lifeline.watched() == []
+
+
+@pytest.mark.parametrize(("pairs", "groups", "dvc", "adopted"), [
+    ([], {}, False, True),                                  # no chain up to the stage that started us
+    ([(10, 20)], {20: 7}, False, False),                    # our parent, in our group
+    ([(10, 1)], {1: 0}, False, True),                       # init took us in
+    ([(10, 1)], {1: 7}, False, False),                      # init started us, in our group (a container's dvc)
+    ([(10, 20), (20, 1)], {20: 7, 1: 0}, False, True),      # init took in the shell DVC ran
+    ([(10, 20)], {20: 99}, True, True),                     # under DVC: a subreaper took us in
+    ([(10, 20)], {20: 99}, False, False),                   # outside DVC: `cat | python -m stages.x`
+    ([(10, 20)], {}, True, True),                           # under DVC: the parent is gone already
+])
+def test_a_stage_tells_at_arming_whether_its_starter_died_already(monkeypatch: pytest.MonkeyPatch, pairs: list,
+                                                                  groups: dict, dvc: bool, adopted: bool) -> None:
+    def getpgid(pid: int) -> int:
+        if pid == 0:
+            return 7
+        if pid not in groups:
+            raise ProcessLookupError(pid)
+        return groups[pid]
+
+    monkeypatch.setattr(lifeline.os, "getpgid", getpgid)
+    monkeypatch.setattr(lifeline.os, "getpid", lambda: 10)
+    if dvc:
+        monkeypatch.setenv("DVC_STAGE", "train")
+    else:
+        monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert lifeline.adopted(pairs) is adopted
+
+
+def test_a_stage_leading_its_own_group_or_unable_to_look_is_not_taken_for_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DVC_STAGE", "train")
+    monkeypatch.setattr(lifeline.os, "getpid", lambda: 10)
+    monkeypatch.setattr(lifeline.os, "getpgid", lambda pid: 10 if pid == 0 else 99)
+    assert lifeline.adopted([(10, 1)]) is False  # a terminal's job, a torchrun rank: whoever started us chose it
+
+    def denied(pid: int) -> int:
+        if pid == 0:
+            return 7
+        raise PermissionError(pid)
+
+    monkeypatch.setattr(lifeline.os, "getpgid", denied)
+    assert lifeline.adopted([(10, 20)]) is False
+
+
+def test_arming_early_ends_a_stage_whose_starter_is_gone(state: dict, arming: list, exits: list,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(lifeline.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(lifeline.STARTER)
+    monkeypatch.setattr(lifeline, "adopted", lambda pairs: True)
+    with pytest.raises(Exited):
+        lifeline.arm_early()
+    assert exits == [143] and state["orphaned"] is True
+    assert capsys.readouterr().err == ("stopped because the process that started it (dvc 41) died before its first "
+                                       "step; nothing recorded\n")
+    assert lifeline.STARTER not in os.environ
+
+
+def test_arming_early_hands_the_stage_s_pid_to_what_it_starts(state: dict, arming: list, exits: list,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lifeline.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(lifeline.STARTER)
+    monkeypatch.setattr(lifeline, "adopted", lambda pairs: False)
+    lifeline.arm_early()
+    assert exits == [] and state["before_work"] is True and os.environ[lifeline.STARTER] == str(os.getpid())
+    assert ("prctl", 1, signal.SIGTERM) in arming and "thread started" in arming
+    lifeline.start()
+    assert state["before_work"] is False  # run_main: the stage's work begins, a stop now raises into it
