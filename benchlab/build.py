@@ -3,17 +3,17 @@
 import torch
 
 from benchlab.config import Params, RunSettings
-from benchlab.errors import LabError
+from benchlab.errors import LabError, shown
 from model.gpt import GPT, PRESETS, GPTConfig, padded_vocab
 
 
 def check_model(p: Params) -> None:
     """The preset exists and holds the context train.block_size asks for."""
     if p.model not in PRESETS:
-        raise LabError(f"model={p.model!r} is not valid; expected {', '.join(PRESETS)}")
+        raise LabError(f"model={shown(p.model)} is not valid; expected {', '.join(PRESETS)}")
     context = PRESETS[p.model].block_size
     if p.train.block_size > context:
-        raise LabError(f"train.block_size={p.train.block_size!r} is not valid; "
+        raise LabError(f"train.block_size={p.train.block_size} is not valid; "
                        f"expected at most {context}, the context of model={p.model}")
 
 

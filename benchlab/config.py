@@ -15,9 +15,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from benchlab import presets
-from benchlab.errors import LabError
+from benchlab.errors import LabError, cut, shown
 from benchlab.knobs import KNOBS, REPLACED_KNOBS, RunSettings, check_combination, old_knob_error
-from benchlab.knobs import check as _check
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
@@ -27,6 +26,12 @@ LockMode = Literal["wait", "fail"]
 # DVC_STAGE (see stages/bench.py), not from the command line.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _check(ok: bool, key: str, value: object, valid: str) -> None:
+    """Refuse a value, naming its key, the value (cut where long, `errors.shown`) and what would be valid."""
+    if not ok:
+        raise LabError(f"{key}={shown(value)} is not valid; expected {valid}")
 
 
 @dataclass(frozen=True)
@@ -288,7 +293,7 @@ def variant_from(given: str | None, stage: str | None, p: Params, kind: str = "b
             raise LabError(f"no variant given: pass --variant NAME, or run as the DVC stage {kind}@NAME")
         name = stage.split(f"{kind}@", 1)[1]
     if name not in p.variants:
-        raise LabError(f"variant {name!r} is not in params.yaml; valid: {', '.join(p.variants)}")
+        raise LabError(f"variant {shown(name)} is not in params.yaml; valid: {', '.join(p.variants)}")
     return name
 
 
@@ -303,15 +308,15 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     if origin is Literal:
         choices = get_args(hint)
         if value not in choices:
-            raise LabError(f"{key}={value!r} is not valid; expected one of: {', '.join(map(str, choices))}")
+            raise LabError(f"{key}={shown(value)} is not valid; expected one of: {', '.join(map(str, choices))}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise LabError(f"{key}={value!r} is not valid; expected true or false")
+            raise LabError(f"{key}={shown(value)} is not valid; expected true or false")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise LabError(f"{key}={value!r} is not valid; expected an integer")
+            raise LabError(f"{key}={shown(value)} is not valid; expected an integer")
         return value
     if hint is float:
         # PyYAML reads YAML 1.1, where `6e-05` (no dot, as `dvc exp run -S` writes
@@ -319,22 +324,22 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
             return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise LabError(f"{key}={value!r} is not valid; expected a number")
+            raise LabError(f"{key}={shown(value)} is not valid; expected a number")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise LabError(f"{key}={value!r} is not valid; expected a string")
+            raise LabError(f"{key}={shown(value)} is not valid; expected a string")
         return value
     if origin is list:
         if not isinstance(value, list):
-            raise LabError(f"{key}={value!r} is not valid; expected a list")
+            raise LabError(f"{key}={shown(value)} is not valid; expected a list")
         (item,) = get_args(hint)
         return [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise LabError(f"{key}={value!r} is not valid; expected a mapping")
+            raise LabError(f"{key}={shown(value)} is not valid; expected a mapping")
         _, item = get_args(hint)
-        return {str(k): _convert(v, item, f"{key}.{k}") for k, v in value.items()}
+        return {str(k): _convert(v, item, f"{key}.{cut(str(k))}") for k, v in value.items()}
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
         return parse(hint, value, key)
     raise TypeError(f"no conversion for {hint!r} at {key}")  # a bug in this module, not the user's
@@ -346,18 +351,18 @@ def parse(cls: type, data: Any, prefix: str = "") -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise LabError(f"{where} must be a mapping, got {data!r}")
+        raise LabError(f"{where} must be a mapping, got {shown(data)}")
     hints = get_type_hints(cls)
     names = [f.name for f in fields(cls)]
     for key, value in data.items():
         instead = old_knob_error(key, value) if cls is RunSettings else None
+        full = f"{prefix}.{key}" if prefix else str(key)
         if instead:
-            full = f"{prefix}.{key}" if prefix else str(key)
-            raise LabError(f"{full}={value!r} is not valid: the optimizer knob replaced fused_adamw, adam_state, "
-                           f"compile_update and weight_dtype=bf16_sr; write {instead}")
+            raise LabError(f"{cut(full)}={shown(value)} is not valid: the optimizer knob replaced fused_adamw, "
+                           f"adam_state, compile_update and weight_dtype=bf16_sr; write {instead}")
         if key not in names:
-            full = f"{prefix}.{key}" if prefix else str(key)
-            raise LabError(f"unknown key {full!r}; valid keys{' under ' + prefix if prefix else ''}: {', '.join(names)}")
+            under = f" under {cut(prefix)}" if prefix else ""
+            raise LabError(f"unknown key {shown(full)}; valid keys{under}: {', '.join(names)}")
     kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
     return cls(**kwargs)
 
@@ -369,7 +374,7 @@ def parse_params(data: Any) -> Params:
     preset is named (`presets.<name>: ...`) before any work, whichever preset is chosen.
     """
     if not isinstance(data, dict):
-        raise LabError(f"params.yaml must be a mapping, got {data!r}")
+        raise LabError(f"params.yaml must be a mapping, got {shown(data)}")
     name, resolved, _ = presets.resolve(data)
     base = {k: v for k, v in data.items() if k not in ("preset", "presets")}
     chosen = _parse_resolved(base, "cpu")
@@ -377,7 +382,7 @@ def parse_params(data: Any) -> Params:
         try:
             parsed = _parse_resolved(presets.merged(base, values or {}), str(other))
         except LabError as err:
-            raise LabError(f"presets.{other}: {err}") from None
+            raise LabError(f"presets.{cut(str(other))}: {err}") from None
         if other == name:
             chosen = parsed
     return chosen
@@ -395,7 +400,7 @@ def _parse_resolved(data: dict, preset: str) -> Params:
     for key in rest:
         if key not in sections:
             valid = ", ".join(sorted(sections | {"preset", "presets"} | set(KNOBS) - {"batch_size"}))
-            raise LabError(f"unknown key {key!r}; valid keys: {valid}")
+            raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
     hints = get_type_hints(Params)
     kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
     return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
@@ -406,11 +411,59 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
     if not path.is_file():
         raise LabError(f"{path} not found; run from the repository root")
+    return parse_params(read_yaml(path))
+
+
+def corpus_param(path: str | Path = "params.yaml") -> str:
+    """params.yaml's data.corpus alone, checked to be a string, for a stage that reads no other param (no preset
+    can set it: benchlab.presets.FIXED)."""
+    data = read_yaml(path)
+    section = data.get("data") if isinstance(data, dict) else None
+    value = section.get("corpus", DataParams.corpus) if isinstance(section, dict) else DataParams.corpus
+    return _convert(value, str, "data.corpus")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file the lab reads (params.yaml), as UTF-8 whatever the locale. Text that is not YAML is refused
+    naming its line, and so is a key given twice in one mapping, which YAML would let the second silently win.
+
+    Through DVC a key given twice never gets here: DVC reads params.yaml itself before any stage runs and
+    refuses it in its own message of a dozen lines. This line is what a direct stage run says."""
+    path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise LabError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    try:
+        node = loader.get_single_node()
+        _refuse_twice(node, path)
+        return loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
         raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
-    return parse_params(data)
+    finally:
+        loader.dispose()
+
+
+def _refuse_twice(node: yaml.Node | None, path: Path) -> None:
+    """Refuse a key that one mapping under `node` gives twice, naming it by its dotted path and both lines."""
+    todo, seen_nodes = [(node, "")], set()
+    while todo:
+        node, where = todo.pop()
+        if node is None or id(node) in seen_nodes:  # an alias repeats a node: once is enough
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += [(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, value in node.value:
+                name = f"{where}.{key.value}" if where else str(key.value)
+                line = key.start_mark.line + 1
+                if name in lines and isinstance(key, yaml.ScalarNode):
+                    raise LabError(f"{path} gives {cut(name)} twice (lines {lines[name]} and {line}): YAML would "
+                                   "silently keep the second; delete one")
+                lines[name] = line
+                todo.append((value, name))

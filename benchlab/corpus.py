@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from benchlab.config import DataParams
-from benchlab.errors import LabError
-from benchlab.formats import Piece, corpus_files, corpus_pieces, file_format
+from benchlab.errors import LabError, cut, shown
+from benchlab.formats import Piece, corpus_files, corpus_pieces, file_format, unusable
 from benchlab.io import atomic_path, disk_full, file_sha256, write_json
 
 PIECE_BYTES = 256 * 1024  # bounded reads; a batch of them keeps both Rust threads busy
@@ -119,16 +119,30 @@ def load_pretrained(path: str, eot: str):
     """A tokenizer saved by the `tokenizers` library (a `tokenizer.json`)."""
     from tokenizers import Tokenizer
 
-    if not Path(path).is_file():
-        raise LabError(f"data.tokenizer={path!r} does not exist; point it at a tokenizer.json or set it to '' to train one")
+    try:
+        found = Path(path).is_file()
+    except OSError as err:  # a name longer than the system allows
+        raise unusable(path, err, "data.tokenizer") from None
+    if not found:
+        raise LabError(f"data.tokenizer={shown(path)} does not exist; point it at a tokenizer.json or set it to '' to "
+                       "train one")
     try:
         tok = Tokenizer.from_file(path)
     except Exception as err:  # the library raises plain Exception on a bad file
-        raise LabError(f"data.tokenizer={path!r} is not a tokenizers tokenizer.json ({err}); "
+        raise LabError(f"data.tokenizer={shown(path)} is not a tokenizers tokenizer.json ({cut(str(err), 200)}); "
                        f"save one with Tokenizer.save or set it to '' to train one") from None
     if tok.token_to_id(eot) is None:
-        raise LabError(f"data.tokenizer={path!r} has no token {eot!r}; set data.eot_token to its end-of-text token")
+        raise LabError(f"data.tokenizer={shown(path)} has no token {shown(eot)}; set data.eot_token to its end-of-text "
+                       "token")
     return tok
+
+
+def check_inputs(data: DataParams) -> list[Path]:
+    """The corpus's files, with the pretrained tokenizer (if one is named) loaded once to check it: what `prepare`
+    reads, refused before the stage removes the earlier output."""
+    if data.tokenizer:
+        load_pretrained(data.tokenizer, data.eot_token)
+    return corpus_files(data.corpus, data.format)
 
 
 # ---------------------------------------------------------------- encoding
@@ -200,8 +214,8 @@ def prepare(data: DataParams, out_dir: str | Path, piece_bytes: int = PIECE_BYTE
             batch_bytes: int = BATCH_BYTES) -> dict:
     """Tokenize the corpus into out_dir/{train.bin,val.bin,tokenizer.json,meta.json}; returns the meta."""
     out = Path(out_dir)
-    (out / "meta.json").unlink(missing_ok=True)  # old outputs stop counting as complete right away
     files = corpus_files(data.corpus, data.format)
+    (out / "meta.json").unlink(missing_ok=True)  # old outputs stop counting as complete right away
     disk_bytes = sum(f.stat().st_size for f in files)
 
     progress = Progress("scan", disk_bytes)
@@ -216,7 +230,7 @@ def prepare(data: DataParams, out_dir: str | Path, piece_bytes: int = PIECE_BYTE
         tok.train_from_iterator(sample, trainer=trainer)
     progress.update(disk_bytes, 0, final=True)
     if not stats["has_text"]:
-        raise LabError(f"data.corpus={data.corpus!r} is empty; it needs text to train on")
+        raise LabError(f"data.corpus={shown(data.corpus)} is empty; it needs text to train on")
 
     vocab, eot_id = tok.get_vocab_size(), tok.token_to_id(data.eot_token)
     dtype = token_dtype(vocab)

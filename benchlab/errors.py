@@ -8,6 +8,23 @@ class LabError(Exception):
     """A problem with the user's params, data or files; the message says how to fix it."""
 
 
+SHOWN_CHARS = 80  # a value echoed in a message is cut to this many characters: a 1 MB param stays one short line
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text`, or where longer than `limit` its first `limit` characters and its length: `bbbb... (1,000,000 chars)`."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` for a message, cut where long (`'bbbb'... (1,000,000 chars)` for a string, counting its
+    characters). Every user value a message echoes goes through here or `cut`, so a megabyte path or name never
+    fills the terminal."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value):,} chars)"
+    return cut(repr(value), limit)
+
+
 # What each exhausted resource is called, and how to give the stage more of it.
 EXHAUSTED = {
     errno.ENOMEM: "out of memory: raise the memory limit (ulimit -v) or free memory",

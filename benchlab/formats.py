@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchlab.config import DataParams
-from benchlab.errors import LabError
+from benchlab.errors import LabError, cut, shown
 
 LONGEST = 16  # pieces a piece may grow to while no safe cut is found
 TEXT_SUFFIXES = {"text": (".txt",), "jsonl": (".jsonl", ".jsonl.gz"), "parquet": (".parquet",)}
@@ -84,17 +84,31 @@ def special_files(root: str | Path) -> Iterator[tuple[Path, str]]:
 
 
 def check_regular(corpus: str | Path) -> None:
-    """Refuse a corpus holding a device, a FIFO, a socket or a broken link, naming it and saying to remove it.
+    """Refuse a corpus holding a device, a FIFO, a socket or a broken link, naming it and saying to remove it,
+    and a path no file can have (a name longer than the system allows).
 
     DVC hashes data.corpus by reading every file under it: a link to /dev/zero or a FIFO in the folder hangs
-    `dvc repro`, `dvc exp run` and `dvc status` for good. The env stage, which DVC runs first, calls this."""
-    found = list(special_files(corpus)) if os.path.lexists(corpus) else []
+    `dvc repro`, `dvc exp run` and `dvc status` for good. The check_corpus stage, which DVC runs before it hashes
+    the corpus for prepare, and the env stage call this."""
+    try:
+        os.lstat(corpus)
+    except FileNotFoundError:
+        return  # nothing to hash: prepare says that it does not exist
+    except OSError as err:  # ENAMETOOLONG, a folder on the way that may not be searched
+        raise unusable(corpus, err) from None
+    found = list(special_files(corpus))
     if found:
         path, kind = found[0]
-        link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+        link = f" (a link to {cut(os.readlink(path))})" if path.is_symlink() else ""
         more = f", and {len(found) - 1} more such" if len(found) > 1 else ""
-        raise LabError(f"data.corpus={str(corpus)!r} holds {path}, {kind}{link}{more}: DVC would hang reading it "
+        raise LabError(f"data.corpus={shown(str(corpus))} holds {path}, {kind}{link}{more}: DVC would hang reading it "
                        f"while hashing the corpus; remove it (rm {path}) or point data.corpus at regular files only")
+
+
+def unusable(path: str | Path, err: OSError, key: str = "data.corpus") -> LabError:
+    """The one line for a path the system refuses to look up (ENAMETOOLONG and the like), instead of a traceback."""
+    return LabError(f"{key}={shown(str(path))} is not a usable path: {err.strerror}; point {key} at an existing "
+                    "file or folder")
 
 
 def corpus_files(path: str | Path, fmt: str = "auto") -> list[Path]:
@@ -109,10 +123,11 @@ def corpus_files(path: str | Path, fmt: str = "auto") -> list[Path]:
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
         if not files:
             kinds = ", ".join(f"*{s}" for s in suffixes)
-            raise LabError(f"data.corpus={str(path)!r} is a folder with no {kinds} files; put UTF-8 text files in it "
-                           f"or set data.format")
+            raise LabError(f"data.corpus={shown(str(path))} is a folder with no {kinds} files; put UTF-8 text files in "
+                           "it or set data.format")
         return files
-    raise LabError(f"data.corpus={str(path)!r} does not exist; point it at a UTF-8 text file or a folder of *.txt files")
+    raise LabError(f"data.corpus={shown(str(path))} does not exist; point it at a UTF-8 text file or a folder of *.txt "
+                   "files")
 
 
 def _cut(buf: bytes, force: bool) -> int:

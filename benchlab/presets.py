@@ -12,7 +12,7 @@ and parity stages, the corpus a stage depends on), so a preset may not set those
 
 from typing import Any
 
-from benchlab.errors import LabError
+from benchlab.errors import LabError, cut, shown
 
 # Keys that dvc.yaml interpolates when DVC reads it: a preset could not change which stages exist or what
 # they depend on.
@@ -38,19 +38,20 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _check_preset(name: str, preset: Any, base: dict[str, Any]) -> None:
     """A preset is a mapping that only replaces keys params.yaml has, and none that dvc.yaml reads itself."""
+    where = f"presets.{cut(name)}"
     if not isinstance(preset, dict):
-        raise LabError(f"presets.{name}={preset!r} is not valid; expected a mapping of params to replace, e.g. "
+        raise LabError(f"{where}={shown(preset)} is not valid; expected a mapping of params to replace, e.g. "
                        "{model: gpt2_124m, train: {block_size: 1024}}")
     for key in dotted_keys(preset):
         node: Any = base
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
-                raise LabError(f"presets.{name}.{key} is not valid: params.yaml has no key {key} to replace; "
+                raise LabError(f"{where}.{cut(key)} is not valid: params.yaml has no key {cut(key)} to replace; "
                                "a preset replaces values that params.yaml sets")
             node = node[part]
         fixed = next((f for f in FIXED if key == f or key.startswith(f + ".")), None)
         if fixed:
-            raise LabError(f"presets.{name}.{key} is not valid: dvc.yaml builds its stages from params.yaml's own "
+            raise LabError(f"{where}.{cut(key)} is not valid: dvc.yaml builds its stages from params.yaml's own "
                            f"{fixed}, so a preset cannot change it; set {fixed} itself")
 
 
@@ -60,13 +61,14 @@ def resolve(data: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     name = data.get("preset", "cpu")
     presets = data.get("presets", {}) or {}
     if not isinstance(presets, dict):
-        raise LabError(f"presets={presets!r} is not valid; expected a mapping of preset names to params to replace")
+        raise LabError(f"presets={shown(presets)} is not valid; expected a mapping of preset names to params to "
+                       "replace")
     base = {k: v for k, v in data.items() if k not in ("preset", "presets")}
     for key, preset in presets.items():
         _check_preset(str(key), preset, base)
-    if name != "cpu" and name not in presets:
+    if not isinstance(name, str) or name != "cpu" and name not in presets:
         valid = ", ".join(["cpu", *(str(k) for k in presets if k != "cpu")])
-        raise LabError(f"preset={name!r} is not valid; expected one of: {valid} (the keys of presets)")
+        raise LabError(f"preset={shown(name)} is not valid; expected one of: {cut(valid, 400)} (the keys of presets)")
     chosen = presets.get(name) or {}
     return str(name), merged(base, chosen), dotted_keys(chosen)
 

@@ -86,7 +86,7 @@ def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any
         if not path.is_file():
             raise LabError(f"{path} is missing; run `dvc repro bench@{name}`")
         try:
-            out.append(from_old_knobs(json.loads(path.read_text())))
+            out.append(from_old_knobs(json.loads(path.read_text(encoding="utf-8"))))
         except json.JSONDecodeError as err:
             raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f bench@{name}`") from None
     return out
@@ -98,7 +98,7 @@ def load_parity(parity_dir: str | Path) -> dict[str, dict[str, Any]]:
     out = {}
     for path in sorted(Path(parity_dir).glob("*.json")):
         try:
-            out[path.stem] = json.loads(path.read_text())
+            out[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f parity@{path.stem}`") from None
     return out

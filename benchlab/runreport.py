@@ -17,10 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchlab import presets
-from benchlab.config import AggregateParams
+from benchlab.config import AggregateParams, read_yaml
 from benchlab.entry import run_main
 from benchlab.errors import LabError
 from benchlab.io import write_text
@@ -262,7 +260,7 @@ def kernels(profiles: Path, variants: list[str]) -> str:
     """Each profiled variant's kernel families side by side: device ms per step and share of kernel time; a CPU
     profile's top ops."""
     head = "## Where the time goes (profiled variants)\n\n"
-    found = {v: profile_summary((profiles / f"{v}_kernels.md").read_text()) for v in variants
+    found = {v: profile_summary((profiles / f"{v}_kernels.md").read_text(encoding="utf-8")) for v in variants
              if (profiles / f"{v}_kernels.md").is_file()}
     if not found:
         return head + "No profiles (plots/profiles is missing or holds no `<variant>_kernels.md`).\n"
@@ -317,10 +315,7 @@ def folder_params(folder: Path) -> dict[str, Any]:
     knobs that `optimizer` replaced are read as it (`benchlab.knobs.from_old_knobs`), at the top and in each
     variant."""
     path = folder / "params.yaml"
-    try:
-        data = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    except yaml.YAMLError as err:
-        raise LabError(f"{path} is not valid YAML ({err})") from None
+    data = read_yaml(path) if path.is_file() else {}
     if not isinstance(data, dict):
         return {}
     params = from_old_knobs(presets.applied(data))

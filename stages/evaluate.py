@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> None:
     device = resolve_device(p.device)
     data = load_tokens(args.data_dir)
     model, which = load_checkpoint(args.checkpoint, data.vocab_size)
+    if which["model"] != p.model:  # its loss would be recorded as model=p.model's
+        raise LabError(f"{args.checkpoint} holds a model={which['model']} checkpoint, but params.yaml says "
+                       f"model={p.model}; rerun `dvc repro train` (it trains model={p.model}), or set "
+                       f"model={which['model']}")
     if p.train.block_size > model.cfg.block_size:
         raise LabError(f"train.block_size={p.train.block_size} is longer than the context of {args.checkpoint} "
                        f"({model.cfg.block_size} tokens, model={which['model']}); set train.block_size to at most "

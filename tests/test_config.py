@@ -426,6 +426,39 @@ def test_load_params_reads_a_file_and_names_the_bad_line(tmp_path: Path) -> None
     assert "at line 3, column 1" in str(err.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("seed: 1\ntrain: {steps: 5}\nseed: 2\n", "gives seed twice (lines 1 and 3)"),
+    ("variants:\n  recipe: {}\n  fast: {}\n  recipe: {precision: bf16}\n", "gives variants.recipe twice (lines 2 and 4)"),
+    ("parity:\n  seeds: [1, 2]\nlist:\n  - {a: 1, a: 2}\n", "gives list[0].a twice (lines 4 and 4)"),
+], ids=["top level", "a variant", "inside a list"])
+def test_a_key_given_twice_is_refused_naming_its_path_and_both_lines(tmp_path: Path, text: str, message: str) -> None:
+    """Issue 46: YAML lets the second of two equal keys win silently (`seed` twice trained with the second)."""
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(LabError) as err:
+        load_params(path)
+    assert str(err.value) == f"{path} {message}: YAML would silently keep the second; delete one"
+
+
+def test_params_yaml_is_read_as_utf8_and_other_bytes_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text("# caf\u00e9\n" + yaml.safe_dump(micro_params(seed=3)), encoding="utf-8")
+    assert load_params(path).seed == 3
+    path.write_bytes(b"# caf\xe9 in latin-1\nseed: 1\n")
+    with pytest.raises(LabError) as err:
+        load_params(path)
+    assert str(err.value) == f"{path} is not UTF-8 text (invalid continuation byte at byte 5); save it as UTF-8"
+
+
+def test_a_long_key_in_a_variant_path_is_cut() -> None:
+    data = micro_params()
+    data["variants"]["v" * 1000] = {"precision": "int8"}
+    with pytest.raises(LabError) as err:
+        parse_params(data)
+    assert str(err.value) == (f"variants.{'v' * 80}... (1,000 chars).precision='int8' is not valid; expected one of: "
+                              "fp32, tf32, fp16, bf16")
+
+
 # --- each section's own checks ----------------------------------------------------------------------------------
 
 BAD_PARAMS = [  # (override, the exact message); each check's first bad value next to its last good one
@@ -526,10 +559,10 @@ def test_a_yaml_error_is_named_by_its_problem_and_line_or_by_its_kind(tmp_path: 
     assert str(err.value) == (f"{bad} is not valid YAML: expected ',' or '}}', but got '<stream end>' at line 3, "
                               "column 1; fix that line")
 
-    def unmarked(text: str) -> None:
+    def unmarked(loader: yaml.SafeLoader) -> None:
         raise yaml.YAMLError()  # no problem text, no position: not even the attributes
 
-    monkeypatch.setattr(yaml, "safe_load", unmarked)
+    monkeypatch.setattr(yaml.SafeLoader, "get_single_node", unmarked)
     with pytest.raises(LabError) as err:
         load_params(bad)
     assert str(err.value) == f"{bad} is not valid YAML: YAMLError; fix that line"
