@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from benchlab.entry import run_main
 from benchlab.errors import LabError
 from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
-from tests.conftest import ROOT
+from tests.test_faults import scratch_sources
 
 TRAIN_ARGS = ["prep", "models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
 
@@ -48,6 +49,7 @@ def test_a_validation_loss_that_is_not_finite_is_never_recorded(workdir: Path, p
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Training ends with finite losses, but the last update broke the weights: no result, no checkpoint."""
     shutil.copytree(prepared, workdir / "prep")
+    monkeypatch.setenv("GIT_OPTIONAL_LOCKS", "0")  # in this process the stage's git status reads the checkout
     monkeypatch.setattr("benchlab.runner.evaluate", lambda *args, **kwargs: float("nan"))
     with pytest.raises(SystemExit) as stop:
         run_main(train.main, TRAIN_ARGS)
@@ -69,7 +71,9 @@ run_main({stage}.main, sys.argv[2:])
 
 
 def run_limited(stage: str, limit: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    """The stage run from a copy of the sources in `cwd`: its git status under the limit (provenance) could
+    otherwise be killed while rewriting the checkout's index and leave .git/index.lock behind."""
+    env = scratch_sources(cwd)
     return subprocess.run([sys.executable, "-c", LIMITED.format(stage=stage), str(limit), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -99,6 +103,7 @@ def test_the_checksum_covers_the_preset_the_config_and_each_tensor_s_name_dtype_
     base = weights_sha256("tiny", config, state)
     assert weights_sha256("tiny", dict(config), dict(state)) == base  # a value, not an identity
     assert weights_sha256("tiny", config, dict(reversed(list(state.items())))) == base  # in name order
+    assert weights_sha256("tiny", dict(reversed(list(config.items()))), state) == base  # a loaded config's order
     flipped = state[first].clone()
     flipped.view(-1)[7] += 1e-3
     changed = {
@@ -166,14 +171,21 @@ def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_with_the_firs
     assert text.endswith("; rerun `dvc repro train`") and "\n" not in text
 
 
-@pytest.mark.parametrize("content, message", [
+def a_zip_but_not_torch_s(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("notes.txt", "hello")
+
+
+@pytest.mark.parametrize("write, message", [
     (None, "not found; rerun `dvc repro train`"),
-    (b"not a zip", "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
-])
-def test_a_missing_or_foreign_file_is_refused(tmp_path: Path, content: bytes | None, message: str) -> None:
+    (lambda path: path.write_bytes(b"not a zip"),
+     "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
+    (a_zip_but_not_torch_s, "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
+], ids=["missing", "not a zip", "a zip not torch's"])
+def test_a_missing_or_foreign_file_is_refused(tmp_path: Path, write, message: str) -> None:
     path = tmp_path / "model.pt"
-    if content is not None:
-        path.write_bytes(content)
+    if write is not None:
+        write(path)
     with pytest.raises(LabError) as err:
         load_checkpoint(path, data_vocab=512)
     assert str(err.value) == f"checkpoint {path} {message}"
@@ -195,3 +207,18 @@ def test_data_with_more_tokens_than_the_checkpoint_knows_is_refused(tmp_path: Pa
     with pytest.raises(LabError) as err:
         load_checkpoint(path, data_vocab=513)
     assert str(err.value) == f"checkpoint {path} knows 512 tokens but the data has 513; rerun `dvc repro train`"
+
+
+def test_a_write_torch_cannot_finish_names_the_checkpoint_and_the_limit(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's zip writer says only "unexpected pos"; the stage's line names the file and what to do."""
+    def short_write(obj: object, f: object) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 448 vs 342")
+
+    monkeypatch.setattr("benchlab.checkpoint.torch.save", short_write)
+    path = tmp_path / "models" / "model.pt"
+    with pytest.raises(LabError) as err:
+        save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    assert str(err.value).startswith(f"writing {path} failed: the write stopped short ([enforce fail at "
+                                     "inline_container.cc:603] . unexpected pos 448 vs 342)")
+    assert not path.exists() and list(path.parent.iterdir()) == []

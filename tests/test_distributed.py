@@ -43,6 +43,8 @@ def dist_workdir(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch)
     shutil.copytree(prepared, workdir / "prep")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(workdir))
+    # The stage's git status (provenance) runs in the checkout, in this process and in the ranks: reading only.
+    monkeypatch.setenv("GIT_OPTIONAL_LOCKS", "0")
     return workdir
 
 

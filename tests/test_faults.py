@@ -36,8 +36,8 @@ def _hold_lock_in_another_process(seconds: float) -> subprocess.Popen:
     code = ("import time, torch\nfrom benchlab import devlock\n"
             f"with devlock.device_lock(torch.device('cpu'), 'fail', 'bench@other'):\n"
             f"    print('held', flush=True)\n    time.sleep({seconds})\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.environ["BENCHLAB_LOCK_DIR"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -103,6 +103,7 @@ def test_the_variant_comes_from_dvc_stage_and_must_be_in_params(workdir: Path, p
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(prepared, workdir / "prep")
+    monkeypatch.setenv("GIT_OPTIONAL_LOCKS", "0")  # the stage's git status reads the checkout, never rewrites it
     monkeypatch.setenv("DVC_STAGE", "bench@x';touch PWNED;'")
     with pytest.raises(SystemExit):
         run_main(bench.main, ["prep", "results", "steps"])
@@ -113,13 +114,25 @@ def test_the_variant_comes_from_dvc_stage_and_must_be_in_params(workdir: Path, p
     assert not (workdir / "PWNED").exists()
 
 
+def scratch_sources(lab: Path) -> dict[str, str]:
+    """Copy the sources into `lab` and return the environment that runs a stage from that copy: the stage's
+    `git status` (provenance) then looks at the copy, never at the checkout the tests run from, whose index it
+    could otherwise rewrite, or leave locked when a limit kills it half way."""
+    from tests.conftest import copy_sources
+
+    copy_sources(lab, ["benchlab", "model", "stages"])
+    env = {**os.environ, "PYTHONPATH": str(lab), "PYTHONDONTWRITEBYTECODE": "1", "GIT_OPTIONAL_LOCKS": "0"}
+    env.pop("BENCHLAB_STARTER_PID", None)
+    return env
+
+
 def _stage_process(workdir: Path, prepared: Path) -> subprocess.Popen:
     shutil.copytree(prepared, workdir / "prep")
     import yaml
 
     params = micro_params(data__corpus="corpus.txt", train__steps=100000)
     (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = {**scratch_sources(workdir), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "stages.train", "prep", "model.pt", "train.json", "record.json", "steps.csv"]
     # Started with SIGINT ignored, as a shell without job control starts a background command: the stage
     # must still stop on it (seen: a suite run under `nohup ... &` hung on an unkillable train).
@@ -286,7 +299,7 @@ def _lab(tmp_path: Path, prepared: Path, overrides: dict) -> Path:
 
     lab = tmp_path / "lab"
     lab.mkdir()
-    copy_sources(lab, ["benchlab", "model", "stages"])
+    copy_sources(lab, ["benchlab", "model", "stages"])  # run with the lab as working folder: its copy is imported
     shutil.copytree(prepared, lab / "prep")
     params = micro_params(**{"data__corpus": "corpus.txt", **LONG, **overrides})
     (lab / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
