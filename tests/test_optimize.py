@@ -303,7 +303,7 @@ def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
     assert [float(g["lr"]) for g in opt.param_groups] == pytest.approx([0.002, 0.002])  # fp32 tensors
 
 
-@pytest.mark.parametrize("optimizer", ["adamw_fused", "adamw_bf16_sr"])
+@pytest.mark.parametrize("optimizer", ["adamw_fused", pytest.param("adamw_bf16_sr", marks=pytest.mark.integration)])
 def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(optimizer: str) -> None:
     pytest.importorskip("torchao")
     # Weights of 1.0 and a first Adam step of 0.001 (lr times a normalized moment of 1): the nearest bf16 to 0.999
