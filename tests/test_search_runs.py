@@ -95,3 +95,18 @@ def test_a_change_the_runs_do_not_depend_on_keeps_the_context(machine: dict) -> 
     p = parse_params(micro_params())
     more = replace(p, search=replace(p.search, budget_s=p.search.budget_s * 2, max_candidates=p.search.max_candidates + 5))
     assert context_of(more) == context_of(p)
+
+
+def test_answers_from_another_model_size_on_this_machine_warm_start_a_search(machine: dict, tmp_path: Path) -> None:
+    """The journal reads the model, the device, torch and the cap out of each context it holds."""
+    small, large = parse_params(micro_params()), parse_params(micro_params(model="gpt_small"))
+    path = tmp_path / "journal.jsonl"
+    Journal(path, context_of(small)).add(Run(name="found", changes={"compile": True}, phase="found", status="ok"))
+    assert Journal(path, context_of(large)).found_elsewhere() == [("found (tiny)", {"compile": True})]
+    assert Journal(path, context_of(small)).found_elsewhere() == []  # its own size: resumed, not a warm start
+    for key, value in [("torch", "2.14.0+cpu"), ("cpu", "Intel Xeon 8480")]:
+        machine[key] = value
+        assert Journal(path, context_of(large)).found_elsewhere() == [], key
+        machine[key] = MACHINE[key]
+    capped = replace(large, bench=replace(large.bench, memory_cap_gib=24.0))
+    assert Journal(path, context_of(capped)).found_elsewhere() == []
