@@ -201,7 +201,9 @@ def compare(r: dict[str, Any], base: dict[str, Any] | None, tolerance: float) ->
 def warnings(r: dict[str, Any], repeat_tolerance: float) -> list[str]:
     """What a reader should know before trusting an ok row's figures."""
     out = []
-    if not r.get("steady_state_ok", True):
+    if r.get("stalled_steps") or r.get("stall_outside_steps_ms"):
+        out.append(_stall(r))
+    elif not r.get("steady_state_ok", True):
         out.append(f"timed halves differ by {r['steady_gap_pct']:.1f}%: not steady")
     if r.get("leak_suspected"):
         out.append(f"memory grew {r['mem_growth_mb']:.1f} MiB over the timed steps")
@@ -333,6 +335,20 @@ def scaling(r: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
     if same_global:
         out["val_loss_gap_1proc"] = r["val_loss"] - same_global[0]["val_loss"]
     return out
+
+
+def _stall(r: dict[str, Any]) -> str:
+    """What stalled the timed window, and by how much (benchlab.stats.stalls)."""
+    parts = []
+    steps = r.get("stalled_steps") or 0
+    if steps:
+        median = f"the {r['step_ms_median']:.2f} ms" if r.get("step_ms_median") else "the"
+        parts.append(f"{steps} timed step{'s' if steps > 1 else ''} stalled, the longest {r['stall_ms_max']:,.0f} ms "
+                     f"beyond {median} median step (a stall: over {stats.STALL_FACTOR:g}x it)")
+    if r.get("stall_outside_steps_ms"):
+        parts.append(f"{r['stall_outside_steps_ms']:,.0f} ms passed between timed steps (the process was stopped or "
+                     "starved)")
+    return "timing disturbed: " + "; ".join(parts) + "; rerun on a quiet machine"
 
 
 def _interference(r: dict[str, Any]) -> str:

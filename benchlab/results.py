@@ -83,6 +83,9 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     pooled = stats.describe([t for r in runs for t in r.timed_ms])
     tps_pi, tps_ci, ms_ci = stats.prediction_interval(tps), stats.t_interval(tps), stats.t_interval(medians)
     gaps = [stats.halves_gap(r.timed_ms) for r in runs]
+    stalls = [stats.stalls(r.timed_ms, r.window_wall_ms) for r in runs]
+    stall_ms = max(s.longest_ms for s in stalls)
+    stall_outside_ms = max(s.outside_ms for s in stalls)
     growth = max(r.mem_growth_mb or 0.0 for r in runs)
     peak = max((r.memory.get("peak_mem_allocated_mb") or r.memory.get("peak_rss_mb") or 0.0) for r in runs)
     fpt = flops_per_token(cfg, n_params, base["block_size"])
@@ -118,7 +121,11 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "step_ms_p90": pooled["p90"],
         "step_ms_cv_pct": pooled["cv_pct"],
         "steady_gap_pct": 100.0 * max(gaps),
-        "steady_state_ok": max(gaps) <= steady_tolerance,
+        # Steady: the timed window's halves agree and nothing stalled it (stats.stalls).
+        "steady_state_ok": max(gaps) <= steady_tolerance and stall_ms == 0.0 and stall_outside_ms == 0.0,
+        "stalled_steps": sum(s.steps for s in stalls),  # over all repeats
+        "stall_ms_max": stall_ms,  # the worst stalled step's time beyond its window's median
+        "stall_outside_steps_ms": stall_outside_ms,  # a stop between two steps, which no step's time holds
         **{k: _max_or_none(runs, k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb")},
         # CUDA graphs allocate from private pools that the allocated peak does not see.
         "peak_mem_allocated_comparable": base.get("compile_mode") not in CUDA_GRAPH_MODES,

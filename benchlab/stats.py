@@ -1,6 +1,7 @@
 """Statistics for step times and repeats; plain numpy, checked against known inputs in tests."""
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +66,41 @@ def halves_gap(values: list[float]) -> float:
         return 0.0
     first, second = float(np.median(values[:half])), float(np.median(values[half:]))
     return abs(second - first) / first if first else 0.0
+
+
+# A timed step over this many times its window's median is a stall (the process stopped by kill -STOP or a
+# debugger, swapped out or starved), not the spread of a steady loop: in the 95 timed windows committed under
+# results/ the slowest step was at most 3.6x its median, save one 314 ms step among 6 ms ones (52x, h200-small's
+# weights_bf16), which this flags.
+STALL_FACTOR = 10.0
+
+
+class Stalls(NamedTuple):
+    """What stalled one timed window."""
+
+    steps: int
+    """Timed steps over STALL_FACTOR times the window's median."""
+    longest_ms: float
+    """The worst stalled step's time beyond the median; 0.0 for none."""
+    outside_ms: float
+    """The window's wall time outside its steps, where that is a stall (see `stalls`); 0.0 otherwise."""
+
+
+def stalls(step_ms: list[float], window_wall_ms: float | None, factor: float = STALL_FACTOR) -> Stalls:
+    """The stalls of one timed window: its steps over `factor` times the median, and its wall time outside the
+    steps where that is longer than the steps themselves and than `factor` median steps.
+
+    Both, because a stop lands inside a step (whose host or device time then holds it) or between two steps,
+    where CUDA events time nothing and only the window's wall clock holds it. Host work between steps (batches,
+    copies) took a fifth of the steps' time at most in the committed runs, so more than all of it is no host work.
+    """
+    if not step_ms:
+        return Stalls(0, 0.0, 0.0)
+    median = float(np.median(step_ms))
+    excess = [t - median for t in step_ms if t > factor * median]
+    outside = window_wall_ms - sum(step_ms) if window_wall_ms is not None else 0.0
+    return Stalls(len(excess), max(excess, default=0.0),
+                  outside if outside > max(sum(step_ms), factor * median) else 0.0)
 
 
 def separated(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool | None:

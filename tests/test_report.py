@@ -320,6 +320,27 @@ def test_every_warning_reads_exactly_and_boundaries_are_inclusive() -> None:
     assert rows[0]["notes"] == "" and rows[0]["tokens_per_sec_pi95"] == "990 to 1,010"
 
 
+def test_a_stalled_timing_says_it_was_disturbed_and_by_how_much() -> None:
+    """Issue 46: a 20 s `kill -STOP` in the timed window read as a clean row."""
+    stall = {"steady_state_ok": False, "steady_gap_pct": 0.5, "step_ms_median": 15.0}
+    rows = summarize([
+        result("fp32_baseline", 1000.0, 5.0, 100.0),
+        result("stopped", 1000.0, 5.0, 100.0, **stall, stalled_steps=1, stall_ms_max=20_000.0,
+               stall_outside_steps_ms=0.0),
+        result("starved", 1000.0, 5.0, 100.0, **stall, stalled_steps=3, stall_ms_max=1_500.0,
+               stall_outside_steps_ms=20_000.0),
+        result("halves", 1000.0, 5.0, 100.0, steady_state_ok=False, steady_gap_pct=9.0, stalled_steps=0,
+               stall_ms_max=0.0, stall_outside_steps_ms=0.0),
+    ], "fp32_baseline", tolerance=0.1)
+    assert rows[1]["notes"] == ("timing disturbed: 1 timed step stalled, the longest 20,000 ms beyond the 15.00 ms "
+                                "median step (a stall: over 10x it); rerun on a quiet machine")
+    assert rows[2]["notes"] == ("timing disturbed: 3 timed steps stalled, the longest 1,500 ms beyond the 15.00 ms "
+                                "median step (a stall: over 10x it); 20,000 ms passed between timed steps (the process "
+                                "was stopped or starved); rerun on a quiet machine")
+    assert rows[3]["notes"] == "timed halves differ by 9.0%: not steady"  # a drift without a stall, as before
+    assert rows[0]["notes"] == ""
+
+
 def test_memory_falls_back_to_rss_and_rows_without_a_figure_get_none() -> None:
     cpu = {"peak_mem_allocated_mb": None}
     rows = summarize([

@@ -2,6 +2,11 @@
 neighbours summary."""
 
 import math
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +46,8 @@ def test_measured_record_on_a_gpu_key_by_key() -> None:
         "tokens_per_sec_wall": 60_000.0,  # medians of 4000 tokens / 50 ms and / 100 ms
         "host_overhead_pct": 20.0, "step_ms_median": 15.0, "step_ms_ci95_low": 15 - t * 5, "step_ms_ci95_high": 15 + t * 5,
         "step_ms_p10": 10.0, "step_ms_p90": 20.0, "step_ms_cv_pct": 100 * math.sqrt(8 * 25 / 7) / 15,
-        "steady_gap_pct": 0.0, "steady_state_ok": True,
+        "steady_gap_pct": 0.0, "steady_state_ok": True, "stalled_steps": 0, "stall_ms_max": 0.0,
+        "stall_outside_steps_ms": 0.0,
         "peak_mem_allocated_mb": 500.0, "peak_mem_reserved_mb": 650.0, "peak_rss_mb": None,
         "peak_mem_allocated_comparable": False,  # reduce-overhead: CUDA graphs' pools
         "mem_growth_mb": 10.0, "leak_suspected": False,  # 10 MiB is not above 2% of a 500 MiB peak
@@ -94,6 +100,83 @@ def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
                                                "cpu_busy_ours_pct": 1.0})
     assert neighbours([quiet]) == {"other_gpu_processes": [], "cpu_busy_others_pct_max": 20.0,
                                    "cpu_busy_ours_pct_max": 1.0, "interference_suspected": False}
+
+
+def test_a_stall_in_the_timed_window_marks_the_record_not_steady() -> None:
+    """Issue 46: a `kill -STOP` of 20 s in the timed window gave `ok`, steady_state_ok true, and nothing else."""
+    from benchlab.results import measured_record
+    from benchlab.runner import RunRecord
+    from model.gpt import GPTConfig
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
+    base = {"tokens_per_step": 100, "block_size": 16, "device": "cpu", "compile_mode": "default"}
+    timed = [10.0] * 60 + [20_010.0] + [10.0] * 59  # one step stopped for 20 s, the halves' medians the same
+
+    def record(step_ms: list[float], wall_ms: float) -> dict:
+        run = RunRecord(status="ok", losses=[3.0] * 121, lrs=[1e-3] * 121, step_ms=[50.0, *step_ms], warmup_steps=1,
+                        window_wall_ms=wall_ms, memory={"peak_rss_mb": 300.0}, val_loss=2.0)
+        return measured_record(base, [run], cfg, 1000, steady_tolerance=0.05)
+
+    inside = record(timed, wall_ms=sum(timed) + 50.0)
+    assert inside["steady_gap_pct"] == 0.0 and inside["steady_state_ok"] is False
+    assert (inside["stalled_steps"], inside["stall_ms_max"], inside["stall_outside_steps_ms"]) == (1, 20_000.0, 0.0)
+    assert inside["tokens_per_sec"] == pytest.approx(10_000.0)  # the median's figure stays; the record says why not trust it
+    between = record([10.0] * 120, wall_ms=1_200.0 + 20_000.0)  # stopped between two steps: no step saw it
+    assert between["steady_state_ok"] is False and between["stalled_steps"] == 0
+    assert between["stall_ms_max"] == 0.0 and between["stall_outside_steps_ms"] == pytest.approx(20_000.0)
+    quiet = record([10.0] * 120, wall_ms=1_300.0)
+    assert quiet["steady_state_ok"] is True and quiet["stall_ms_max"] == 0.0
+
+
+def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
+    """A child's training run (the runner's own loop, on the micro params) that writes each finished step's number
+    to `marks`, and its RunRecord to `out`."""
+    import torch
+
+    from benchlab.config import parse_params
+    from benchlab.data import load_tokens
+    from benchlab.runner import train_once
+    from tests.conftest import micro_params
+
+    p = parse_params(micro_params())
+    done = [0]
+
+    def mark() -> None:
+        done[0] += 1
+        Path(marks).write_text(str(done[0]))
+
+    rec = train_once(p, p.run, load_tokens(prepared), torch.device("cpu"), steps=120, warmup=2, on_step=mark)
+    Path(out).write_text(rec.to_json())
+
+
+@pytest.mark.integration  # a training run in a child process, stopped by a signal
+def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp_path: Path) -> None:
+    from benchlab.results import measured_record
+    from benchlab.runner import RunRecord
+    from model.gpt import GPTConfig
+
+    marks, out = tmp_path / "marks", tmp_path / "rec.json"
+    child = multiprocessing.get_context("spawn").Process(target=_train_marking_steps,
+                                                          args=(str(prepared), str(marks), str(out)))
+    child.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (marks.exists() and marks.read_text() and int(marks.read_text()) >= 30):  # well inside the window
+            assert child.is_alive() and time.monotonic() < deadline, "the child never reached step 30"
+            time.sleep(0.005)
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(2.0)
+        os.kill(child.pid, signal.SIGCONT)
+        child.join(120)
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    run = RunRecord.from_json(out.read_text())
+    base = {"tokens_per_step": 4 * 32, "block_size": 32, "device": "cpu", "compile_mode": "default"}
+    rec = measured_record(base, [run], GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=512),
+                          1000, steady_tolerance=0.05)
+    assert rec["steady_state_ok"] is False
+    assert max(rec["stall_ms_max"], rec["stall_outside_steps_ms"]) > 1_500.0, rec  # the 2 s stop, less a median step
 
 
 def test_steps_csv_marks_the_timed_steps() -> None:

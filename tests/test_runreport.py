@@ -145,6 +145,16 @@ def test_aggregate_writes_the_report_and_the_summary_with_fallback_ratios_energy
     assert not any(isinstance(v, bool) for v in summary.values())
 
 
+def test_a_stalled_timing_is_named_in_the_report_and_the_summary(run_dir: Path) -> None:
+    stalled = record("lean", tps=450000.0, steady_state_ok=False, steady_gap_pct=0.4, step_ms_median=36.4,
+                     stalled_steps=1, stall_ms_max=20_012.0, stall_outside_steps_ms=0.0)
+    (run_dir / "metrics/variants/lean.json").write_text(json.dumps(stalled))
+    aggregate.main(ARGS)
+    note = "timing disturbed: 1 timed step stalled, the longest 20,012 ms beyond the 36.40 ms median step"
+    assert note in table_row((run_dir / "metrics/report.md").read_text(), "lean")[-1]
+    assert note in (run_dir / "metrics/summary.md").read_text()
+
+
 def test_a_run_without_parity_or_profiles_says_so(run_dir: Path) -> None:
     shutil.rmtree(run_dir / "metrics/parity")
     shutil.rmtree(run_dir / "plots/profiles")

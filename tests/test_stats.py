@@ -1,4 +1,4 @@
-"""stats: interval separation at its boundary, describe(), the t table's last row and halves_gap."""
+"""stats: interval separation at its boundary, describe(), the t table's last row, halves_gap and stalls."""
 
 import math
 
@@ -38,3 +38,26 @@ def test_halves_gap_splits_at_the_middle() -> None:
     assert stats.halves_gap([10.0, 20.0]) == pytest.approx(1.0)
     assert stats.halves_gap([5.0]) == 0.0
     assert stats.halves_gap([0.0, 0.0, 1.0, 1.0]) == 0.0  # a zero first half: no ratio, rather than a division by 0
+
+
+def test_a_step_over_ten_times_the_median_is_a_stall_by_its_excess() -> None:
+    steady = [10.0, 11.0, 9.0, 10.0, 12.0, 10.0]
+    assert stats.stalls(steady, window_wall_ms=70.0) == stats.Stalls(steps=0, longest_ms=0.0, outside_ms=0.0)
+    assert stats.stalls(steady + [100.0], None).steps == 0  # exactly 10x the median: the spread of a busy machine
+    stopped = [10.0] * 20 + [20_010.0] + [10.0] * 10  # kill -STOP for 20 s inside one step
+    assert stats.stalls(stopped, None) == stats.Stalls(steps=1, longest_ms=20_000.0, outside_ms=0.0)
+    two = [10.0] * 10 + [150.0, 510.0]
+    assert stats.stalls(two, None) == stats.Stalls(steps=2, longest_ms=500.0, outside_ms=0.0)
+
+
+def test_wall_time_outside_the_steps_is_a_stall_when_it_outweighs_them() -> None:
+    """A stop between two steps leaves every step's time as it was (CUDA events time the device); the window's
+    wall clock holds it. Host work between steps is a fraction of the steps' own time, so only a gap longer than
+    all the steps together (and than ten median steps) counts."""
+    steps = [10.0] * 30  # 300 ms of steps
+    assert stats.stalls(steps, window_wall_ms=590.0).outside_ms == 0.0  # 290 ms of host work: no stall
+    assert stats.stalls(steps, window_wall_ms=20_300.0) == stats.Stalls(steps=0, longest_ms=0.0, outside_ms=20_000.0)
+    short = [10.0] * 3  # three steps and a 60 ms gap: more than the steps, fewer than ten medians
+    assert stats.stalls(short, window_wall_ms=90.0).outside_ms == 0.0
+    assert stats.stalls(short, window_wall_ms=131.0).outside_ms == pytest.approx(101.0)
+    assert stats.stalls([], None) == stats.Stalls(0, 0.0, 0.0)
