@@ -7,6 +7,7 @@ neither torch nor the model, so a stage that only reads params (prepare) does no
 """
 
 import re
+import subprocess
 import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -411,7 +412,23 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
     if not path.is_file():
         raise LabError(f"{path} not found; run from the repository root")
-    return parse_params(read_yaml(path))
+    data = read_yaml(path)
+    if isinstance(data, dict) and data.get("preset", "cpu") != "cpu":
+        presets.overruled(data, committed_yaml(path))  # a value the user set that the preset would replace
+    return parse_params(data)
+
+
+def committed_yaml(path: Path) -> Any:
+    """A YAML file as the last commit holds it; None outside a git checkout, or where HEAD has no such file."""
+    try:
+        proc = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent, capture_output=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        return yaml.safe_load(proc.stdout.decode("utf-8")) if proc.returncode == 0 else None
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return None
 
 
 def corpus_param(path: str | Path = "params.yaml") -> str:

@@ -6,6 +6,11 @@ are checked, so `dvc exp run -S preset=gpt2_124m` moves a whole run to GPU scale
 value that a preset sets, change it in the preset (`-S presets.gpt2_124m.train.steps=500`): while the preset
 is chosen, params.yaml's own value at that place is not used, and the env stage prints what the preset set.
 
+`dvc exp run -S train.steps=50` writes params.yaml, so no stage can tell a value given on the command line from
+one the file had. What it can tell is a value that differs from the last commit's params.yaml: one of those at
+a place the chosen preset replaces is refused (`overruled`), naming both values and the preset's key to set
+instead, rather than silently losing to the preset. A value committed that way is not caught.
+
 DVC builds the stage list from params.yaml's own text before any of this runs (the variants, the profile
 and parity stages, the corpus a stage depends on), so a preset may not set those keys.
 """
@@ -78,3 +83,31 @@ def applied(data: dict[str, Any]) -> dict[str, Any]:
     older folder may hold keys today's params no longer know). A folder without a preset is returned as is."""
     chosen = (data.get("presets") or {}).get(data.get("preset", "cpu")) or {}
     return merged(data, chosen) if isinstance(chosen, dict) else data
+
+
+def _leaf(tree: Any, dotted: str) -> Any:
+    """The value at `a.b.c` in nested mappings; `_MISSING` where there is none."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+_MISSING = object()
+
+
+def overruled(data: dict[str, Any], committed: Any) -> None:
+    """Refuse a value params.yaml holds at a place the chosen preset replaces, where the committed params.yaml
+    (`committed`, None where there is none) holds another: the user set it, and the preset would win silently."""
+    name, _, replaced = resolve(data)
+    if not isinstance(committed, dict):
+        return
+    chosen = (data.get("presets") or {}).get(name) or {}
+    for key in replaced:
+        mine, before, theirs = _leaf(data, key), _leaf(committed, key), _leaf(chosen, key)
+        if mine is not _MISSING and mine != before and mine != theirs:
+            was = "not" if before is _MISSING else shown(before)
+            raise LabError(f"{key}={shown(mine)} is set in params.yaml (committed: {was}), but preset={name} replaces "
+                           f"it with presets.{name}.{key}={shown(theirs)}; set presets.{name}.{key} instead (dvc exp run "
+                           f"-S presets.{name}.{key}=...), or leave {key} as committed")

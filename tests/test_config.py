@@ -1,6 +1,8 @@
 """params.yaml into typed params: each knob's device checks (a skip: "this machine cannot"), each combination
 refused when params load (naming the key and the fix), the knob table's rows, and loading a file. No torch here."""
 
+import os
+import subprocess
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
@@ -457,6 +459,59 @@ def test_a_long_key_in_a_variant_path_is_cut() -> None:
         parse_params(data)
     assert str(err.value) == (f"variants.{'v' * 80}... (1,000 chars).precision='int8' is not valid; expected one of: "
                               "fp32, tf32, fp16, bf16")
+
+
+def committed_params(folder: Path, **overrides: object) -> Path:
+    """params.yaml (the micro params with `overrides`) committed in a fresh git checkout at `folder`."""
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(micro_params(**overrides), sort_keys=False))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "params.yaml"], ["commit", "-qm", "params"]):
+        subprocess.run(["git", *args], cwd=folder, env=env, check=True, capture_output=True)
+    return path
+
+
+def set_in(path: Path, **values: object) -> None:
+    """What `dvc exp run -S a.b=v` does: params.yaml rewritten with each value in place."""
+    data = yaml.safe_load(path.read_text())
+    for dotted, value in values.items():
+        *parents, last = dotted.split("__")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.parametrize("committed, given", [
+    ({"preset": "gpt2_124m"}, {"train__steps": 50}),
+    ({}, {"preset": "gpt2_124m", "train__steps": 50}),
+], ids=["preset committed", "preset given too"])
+def test_a_value_set_where_the_preset_replaces_it_is_refused_naming_both(tmp_path: Path, committed: dict,
+                                                                         given: dict) -> None:
+    """Issue 45 item 7: under -S preset=gpt2_124m, -S train.steps=50 lost to the preset's value silently."""
+    path = committed_params(tmp_path, **committed)
+    set_in(path, **given)
+    with pytest.raises(LabError) as err:
+        load_params(path)
+    assert str(err.value) == ("train.steps=50 is set in params.yaml (committed: 12), but preset=gpt2_124m replaces it "
+                              "with presets.gpt2_124m.train.steps=100; set presets.gpt2_124m.train.steps instead (dvc "
+                              "exp run -S presets.gpt2_124m.train.steps=...), or leave train.steps as committed")
+
+
+def test_the_preset_s_own_key_a_key_it_leaves_and_its_own_value_are_taken(tmp_path: Path) -> None:
+    path = committed_params(tmp_path)
+    set_in(path, preset="gpt2_124m", presets__gpt2_124m__train__lr=0.001, train__batch_size=8, train__steps=100)
+    p = load_params(path)
+    assert p.preset == "gpt2_124m" and p.train.lr == 0.001  # set where the preset reads it
+    assert p.train.batch_size == 8  # the preset does not replace batch_size: params.yaml's own value holds
+    assert p.train.steps == 100  # the same value as the preset's: nothing is lost
+    uncommitted = tmp_path / "elsewhere" / "params.yaml"
+    uncommitted.parent.mkdir()
+    uncommitted.write_text(path.read_text())
+    set_in(uncommitted, train__steps=50)
+    assert load_params(uncommitted).train.steps == 100  # no committed file to compare with: the preset's, unseen
 
 
 # --- each section's own checks ----------------------------------------------------------------------------------
