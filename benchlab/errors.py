@@ -40,13 +40,16 @@ EXHAUSTED = {
 def exhausted(err: BaseException) -> str | None:
     """One line for a failure that is the machine running out of something, not a bug; None for anything else.
 
-    Under a memory limit Python raises MemoryError, `threading` RuntimeError("can't start new thread"), and the
-    tokenizers library a pyo3 PanicException whose text holds the OS error."""
+    Under a memory limit Python raises MemoryError, `threading` RuntimeError("can't start new thread"), an import
+    of a native library ImportError("... failed to map segment from shared object"), and the tokenizers library a
+    pyo3 PanicException whose text holds the OS error."""
     text = (str(err).strip().splitlines() or [""])[0][:200]
     if isinstance(err, MemoryError):
         return EXHAUSTED[errno.ENOMEM] + (f" (MemoryError: {text})" if text else "")
     if isinstance(err, OSError) and err.errno in EXHAUSTED:
         return EXHAUSTED[err.errno] + (f" ({err.filename})" if err.filename else "")
+    if isinstance(err, ImportError) and "failed to map segment" in text:  # a native library's code under ulimit -v
+        return f"{EXHAUSTED[errno.ENOMEM]} (ImportError: {text})"
     if isinstance(err, RuntimeError) and "can't start new thread" in text:
         return EXHAUSTED[errno.EAGAIN]
     if type(err).__name__ == "PanicException":  # pyo3's, raised by the tokenizers library

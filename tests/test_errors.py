@@ -1,6 +1,6 @@
 """errors: a user value echoed in a message is cut to a short form; the machine's limits read as one line."""
 
-from benchlab.errors import cut, shown
+from benchlab.errors import cut, exhausted, shown
 
 
 def test_a_short_value_is_shown_whole_and_a_long_one_by_its_start_and_length() -> None:
@@ -16,3 +16,10 @@ def test_cut_keeps_text_at_the_limit_and_cuts_past_it() -> None:
     assert cut("a" * 80) == "a" * 80
     assert cut("a" * 300) == f"{'a' * 80}... (300 chars)"
     assert cut("abcdef", 3) == "abc... (6 chars)"
+
+
+def test_a_native_library_that_cannot_be_mapped_under_a_memory_limit_is_out_of_memory() -> None:
+    err = ImportError("/venv/tokenizers/tokenizers.abi3.so: failed to map segment from shared object")
+    assert exhausted(err) == ("out of memory: raise the memory limit (ulimit -v) or free memory (ImportError: "
+                              "/venv/tokenizers/tokenizers.abi3.so: failed to map segment from shared object)")
+    assert exhausted(ImportError("No module named 'tokenizers'")) is None  # a missing package is not the machine's
