@@ -272,7 +272,8 @@ class Params:
         for name in self.profile.variants:
             _check(name in self.variants, "profile.variants", name, ", ".join(self.variants) or "(no variants)")
         # Checked at load, so the env stage refuses it before the parity reference the search needs has run.
-        _check(self.search.start in self.variants, "search.start", self.search.start, ", ".join(self.variants))
+        if self.search.start != SearchParams.start:  # set by the user: a matrix without the default need not search
+            _check(self.search.start in self.variants, "search.start", self.search.start, ", ".join(self.variants))
         parity = [("parity.reference", self.parity.reference)] if self.parity.variants else []
         for key, name in [*parity, *(("parity.variants", n) for n in self.parity.variants)]:
             _check(name in self.variants, key, name, ", ".join(self.variants) or "(no variants)")

@@ -52,7 +52,9 @@ def use_compile_cache() -> None:
 
 
 def start_of(p: Params) -> RunSettings:
-    """The variant the search starts from (params load checks that it is one)."""
+    """The variant the search starts from (params load checks one the user set; this, the default)."""
+    if p.search.start not in p.variants:
+        raise LabError(f"search.start={p.search.start!r} is not valid; expected {', '.join(p.variants)}")
     return p.variants[p.search.start]
 
 

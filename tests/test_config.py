@@ -583,13 +583,18 @@ def test_bad_search_params_get_one_line_errors(key: str, value: object, words: s
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_search_start_that_is_not_a_variant_names_the_valid_ones() -> None:
+def test_a_search_start_that_is_not_a_variant_is_refused_at_load_and_the_default_where_the_search_starts() -> None:
     from benchlab.search_runs import start_of
 
     data = micro_params()
-    data["search"]["start"] = "nope"
+    data["search"]["start"] = "nope"  # set by the user: refused before any stage runs (the env stage loads params)
+    with pytest.raises(LabError, match=r"^search.start='nope' is not valid; expected fp32_baseline, recipe, "):
+        parse_params(data)
+    data["search"]["start"] = "recipe"  # the default, in a matrix without it: only the search refuses it
+    data["variants"] = {"fp32_baseline": {}}
+    data["profile"]["variants"] = []
     p = parse_params(data)
-    with pytest.raises(LabError, match=r"^search.start='nope' is not a variant in params.yaml; valid: fp32_baseline, "):
+    with pytest.raises(LabError, match=r"^search.start='recipe' is not valid; expected fp32_baseline$"):
         start_of(p)
 
 

@@ -97,7 +97,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci/run").read_text()
     assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
-    assert "python -m pytest -q -m slow" in ci  # the long checks the README's command leaves out
+    assert "python -m pytest -q -m integration" in ci  # the end-to-end checks the README's command leaves out
     assert "pip install -r requirements-test.txt" in readme and "-r requirements-test.txt" in ci
 
 

@@ -14,7 +14,7 @@ from benchlab.config import Params, RunSettings
 from benchlab.data import BatchStream
 from benchlab.errors import LabError
 from benchlab.optimize import apply
-from benchlab.runner import LossReader, RunRecord, lr_at, oom_message, skipped_steps, train_once
+from benchlab.runner import LossReader, RunRecord, lr_at, skipped_steps, train_once
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
@@ -155,17 +155,6 @@ def test_a_run_whose_weights_end_broken_is_diverged(params: Params, tokens, monk
     rec = train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
     assert (rec.status, rec.diverged_step, rec.val_loss) == ("diverged", 3, None)
     assert rec.message == "loss became nan at step 3"
-
-
-def test_an_out_of_memory_message_names_the_batch_the_cap_and_the_memory() -> None:
-    err = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
-    memory = {"peak_mem_allocated_mb": 20480.4, "peak_mem_reserved_mb": 22000.0}
-    assert oom_message(16, 24.0, memory, err) == ("out of memory at batch size 16 under a 24 GiB cap (peak allocated "
-                                                  "20,480 MiB, reserved 22,000 MiB): CUDA out of memory. Tried to "
-                                                  "allocate 2.00 GiB")
-    assert oom_message(8, 0.5, {}, RuntimeError("x")) == "out of memory at batch size 8 under a 0.5 GiB cap: x"
-    assert oom_message(8, 0.0, {"peak_mem_allocated_mb": None}, RuntimeError("")) == "out of memory at batch size 8: "
-    assert oom_message(8, 0.0, {}, RuntimeError("x" * 300)) == "out of memory at batch size 8: " + "x" * 200
 
 
 def test_fp16_skipped_steps_are_counted_from_the_scale() -> None:
