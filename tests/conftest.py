@@ -51,10 +51,12 @@ def micro_params(**overrides: object) -> dict:
     return data
 
 
-# Collected first: these tests share one DVC lab that takes over a minute to build. pytest-xdist's `load`
-# schedule hands each worker a first batch of a quarter of the tests split in order, so the first worker gets
-# all of these and builds the lab once. (xdist_group marks would say it directly, but under pytest 9 they no
-# longer keep a group on one worker: xdist 3.8 renames `item._nodeid`, which pytest 9's `nodeid` ignores.)
+# Collected first: these tests share one DVC lab that takes a minute or two to build. With `--dist loadfile`
+# (.ci/run's integration selection) one worker takes the whole module and builds the lab once. Under `load`,
+# pytest-xdist hands each worker a first batch of a quarter of the tests split in order, so in a selection of
+# several hundred tests the first worker gets all of these; in the 84 integration tests alone the module splits
+# over both workers and the lab is built twice. (xdist_group marks would say it directly, but under pytest 9 they
+# no longer keep a group on one worker: xdist 3.8 renames `item._nodeid`, which pytest 9's `nodeid` ignores.)
 FIRST = ("tests/test_pipeline.py::",)
 
 
