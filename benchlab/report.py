@@ -186,7 +186,7 @@ def compare(r: dict[str, Any], base: dict[str, Any] | None, tolerance: float) ->
         return out
     out["speedup_x"] = r["tokens_per_sec"] / base["tokens_per_sec"]
     out["speedup_vs"] = base["variant"]
-    mem, base_mem = _mem(r), _mem(base)
+    mem, base_mem = compared_memory(r), compared_memory(base)
     if mem is not None and base_mem:
         out["mem_change_pct"] = 100.0 * (mem - base_mem) / base_mem
     sep = stats.separated(_ci(r), _ci(base))
@@ -360,7 +360,7 @@ def _interference(r: dict[str, Any]) -> str:
     return "machine shared while timed: " + ", ".join(parts)
 
 
-def _mem(r: dict[str, Any]) -> float | None:
+def compared_memory(r: dict[str, Any]) -> float | None:
     """The memory figure rows are compared on: CUDA peak allocated (reserved under CUDA graphs), else peak RSS."""
     if r.get("peak_mem_allocated_comparable") is False:
         return r.get("peak_mem_reserved_mb")

@@ -12,7 +12,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchlab.io import atomic_path
 from benchlab.search import GOALS, Limits
 from benchlab.search_journal import SCREENING, Journal, Run
 
@@ -158,9 +157,9 @@ def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine:
 
 def plot_front(result: dict[str, Any], journal: Journal, path: Path) -> None:
     """Every measured candidate (grey), the front (a line), and the two answers marked."""
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from benchlab.plots import save_png  # sets matplotlib's Agg backend
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     runs = [r for r in journal.runs.values() if r.phase in SCREENING and r.status == "ok" and r.peak_mem_mb]
@@ -177,6 +176,4 @@ def plot_front(result: dict[str, Any], journal: Journal, path: Path) -> None:
     ax.set_ylabel("tokens/s")
     ax.set_title("The search's front: speed against memory")
     ax.legend(loc="lower right")
-    with atomic_path(path) as tmp:  # no software version in the file: the same figure gives the same bytes
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, path)

@@ -31,24 +31,26 @@ from benchlab import devlock, launch, lifeline, parity, search, search_moves
 from benchlab.build import model_shape
 from benchlab.config import Params
 from benchlab.data import TokenData, load_tokens
-from benchlab.env import ROOT, environment, source_sha256
+from benchlab.env import environment, source_sha256
 from benchlab.errors import LabError
 from benchlab.harness import process_age_s
 from benchlab.knobs import RunSettings
 from benchlab.optimize import device_facts, resolve_device
+from benchlab.report import compared_memory
 from benchlab.results import base_record, measured_record
 from benchlab.runner import RunRecord, release, train_once
 from benchlab.search_journal import Run
 
 NAME = "candidate"
-# inductor's and Triton's caches for every process of every search in this checkout (ignored by git and DVC).
-CACHE_DIR = ROOT / ".cache" / "inductor"
+# inductor's and Triton's caches for every process of every search run from this folder (the project's root, where
+# DVC runs the stage; ignored by git and DVC).
+CACHE_DIR = Path(".cache") / "inductor"
 
 
 def use_compile_cache() -> None:
     """Point inductor and Triton at CACHE_DIR; children inherit it. Set before the first compilation."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(CACHE_DIR / "triton"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR.resolve()))
+    os.environ.setdefault("TRITON_CACHE_DIR", str((CACHE_DIR / "triton").resolve()))
 
 
 def start_of(p: Params) -> RunSettings:
@@ -177,15 +179,6 @@ def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[sear
     for warm in out:
         unique.setdefault(warm.settings, warm)
     return list(unique.values())
-
-
-def compared_memory(record: dict[str, Any]) -> float | None:
-    """The memory figure candidates are compared on, as the report compares rows (benchlab/report.py `_mem`):
-    the CUDA allocated peak, the reserved peak under CUDA graphs (whose pools the allocated peak misses), the
-    resident set on a CPU."""
-    if record.get("peak_mem_allocated_comparable") is False:
-        return record.get("peak_mem_reserved_mb")
-    return record.get("peak_mem_allocated_mb") or record.get("peak_rss_mb")
 
 
 def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
