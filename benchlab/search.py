@@ -126,8 +126,11 @@ class Search:
         if start is None and self.journal.spent_s() >= self.limits.budget_s:
             return None
         self.log(f"search: {phase} #{self.journal.measured() + 1}: {cand.name}")
-        run = self.screen_run(cand, settings)
-        run.name, run.changes, run.phase = cand.name, dict(cand.changes), phase
+        return self.record(self.screen_run(cand, settings), cand, phase, cand.name)
+
+    def record(self, run: Run, cand: Candidate, phase: str, key: str) -> Run:
+        """A run just made, journaled under its phase and key (a repeat's key numbers it)."""
+        run.name, run.changes, run.phase = key, dict(cand.changes), phase
         return self.journal.add(run)
 
     def screen_or_partner(self, cand: Candidate, phase: str, start: Run) -> list[Run]:
@@ -221,11 +224,7 @@ class Search:
         for i in range(self.limits.repeats):
             key = f"{cand.name}#{i + 1}"
             again = self.journal.get("confirm", key)
-            if again is None:
-                again = self.repeat_run(cand, cand.settings(self.start))
-                again.name, again.changes, again.phase = key, dict(cand.changes), "confirm"
-                self.journal.add(again)
-            out.append(again)
+            out.append(again or self.record(self.repeat_run(cand, cand.settings(self.start)), cand, "confirm", key))
         return out
 
     def confirmed_start(self, start: Run) -> Run:
@@ -263,12 +262,8 @@ class Search:
 
     def verdict(self, cand: Candidate) -> Run:
         """The candidate's parity verdict, from the journal or judged now."""
-        verdict = self.journal.get("parity", cand.name)
-        if verdict is None:
-            verdict = self.judge(cand, cand.settings(self.start))
-            verdict.name, verdict.changes, verdict.phase = cand.name, dict(cand.changes), "parity"
-            self.journal.add(verdict)
-        return verdict
+        done = self.journal.get("parity", cand.name)
+        return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
 
 
 def pareto(runs: list[Run]) -> list[Run]:
