@@ -572,6 +572,7 @@ def test_each_section_check_accepts_its_boundary(override: dict) -> None:
     ("max_candidates", 0, "search.max_candidates=0 is not valid; expected 1 or more"),
     ("confirm", 0, "search.confirm=0 is not valid; expected 1 or more"),
     ("repeats", -1, "search.repeats=-1 is not valid; expected 0 or more"),
+    ("screen_steps", 0, "search.screen_steps=0 is not valid; expected 2 or more timed steps"),
     ("lean_floor", 1.5, "search.lean_floor=1.5 is not valid; expected a fraction in (0, 1]"),
     ("budget", 60, "search.budget"),
 ])
@@ -780,6 +781,8 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     ("SearchParams", {"confirm": 0}, "search.confirm=0 is not valid; expected 1 or more"),
     ("SearchParams", {"repeats": -1}, "search.repeats=-1 is not valid; expected 0 or more"),
     ("SearchParams", {"repeats": 0, "max_candidates": 1, "confirm": 1}, None),
+    ("SearchParams", {"screen_steps": 1}, "search.screen_steps=1 is not valid; expected 2 or more timed steps"),
+    ("SearchParams", {"screen_steps": 2}, None),
     ("SearchParams", {"lean_floor": 0.0}, "search.lean_floor=0.0 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
     ("SearchParams", {"lean_floor": 1.0, "budget_s": 0.5}, None),
     ("SearchParams", {"lean_floor": 1.01}, "search.lean_floor=1.01 is not valid; expected a fraction in (0, 1], e.g. 0.85"),
