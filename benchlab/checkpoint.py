@@ -75,7 +75,16 @@ def load_checkpoint(path: str | Path, data_vocab: int) -> tuple[GPT, dict]:
         model = GPT(GPTConfig(**ckpt["config"]))
         model.load_state_dict(ckpt["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
-        raise LabError(f"checkpoint {path} does not match the model ({str(err).splitlines()[0]}); {RETRAIN}") from None
+        raise LabError(f"checkpoint {path} does not match the model ({mismatch(err)}); {RETRAIN}") from None
     if data_vocab > model.cfg.vocab_size:  # type: ignore[operator]
         raise LabError(f"checkpoint {path} knows {model.cfg.vocab_size} tokens but the data has {data_vocab}; {RETRAIN}")
     return model, {"model": ckpt["preset"], "checkpoint_sha256": sha256}
+
+
+def mismatch(err: Exception) -> str:
+    """The first line that says what does not fit: torch's load_state_dict opens with a header ("Error(s) in loading
+    state_dict for GPT:") and names each mismatch on a line of its own below it."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    return (lines[0] if lines else type(err).__name__)[:200]
