@@ -52,8 +52,12 @@ def _cpu_model() -> str:
 
 
 def _run(cmd: list[str]) -> str | None:
+    """A command's output, or None where it fails. git only reads: without GIT_OPTIONAL_LOCKS=0, `git status`
+    refreshes the index and takes .git/index.lock, which a stage killed (or out of file size) would leave behind in
+    the user's checkout."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True,
+                             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"}).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return out or None

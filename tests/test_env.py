@@ -84,3 +84,16 @@ def test_a_record_keeps_the_platform_the_env_json_leaves_out(params, monkeypatch
     assert record["env.platform"] == KERNELS[0]  # benchlab/runreport.py reads it
     assert env.timing_environment() == {k: v for k, v in env.environment().items() if k not in env.NOT_TIMING}
     assert "platform" not in env.timing_environment()
+
+
+def test_git_is_asked_only_to_read_the_checkout(monkeypatch) -> None:
+    seen: list[dict] = []
+    real = env.subprocess.run
+
+    def spy(cmd, **kw):
+        seen.append(kw.get("env") or {})
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(env.subprocess, "run", spy)
+    env.tree_clean()
+    assert seen and all(e.get("GIT_OPTIONAL_LOCKS") == "0" for e in seen)
