@@ -149,8 +149,8 @@ def test_stages_hand_each_other_what_they_read(repo: Path) -> None:
 
 def test_second_repro_reruns_only_the_environment_check(repo: Path) -> None:
     again = sh(repo, "repro")
-    assert ran(again) == {"env"}
-    assert sh(repo, "status").stdout.split() == ["env:", "always", "changed"]
+    assert ran(again) == {"env", "check_corpus"}  # the two stages that run on every repro, and nothing else
+    assert sh(repo, "status").stdout.split() == ["env:", "always", "changed", "check_corpus:", "always", "changed"]
 
 
 def test_changing_one_variant_reruns_only_it_and_the_aggregate(repo: Path) -> None:
@@ -159,7 +159,7 @@ def test_changing_one_variant_reruns_only_it_and_the_aggregate(repo: Path) -> No
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         stale = set(json.loads(sh(repo, "status", "--json").stdout))
-        assert stale == {"env", "bench@bf16", "aggregate"}
+        assert stale == {"env", "check_corpus", "bench@bf16", "aggregate"}
     finally:
         sh(repo, "git", "checkout", "--", "params.yaml")
 
@@ -187,7 +187,7 @@ def test_no_stage_opened_a_network_connection(repo: Path) -> None:
 
 def test_experiment_with_bf16_reruns_train_and_evaluate_and_diffs(repo: Path) -> None:
     exp = sh(repo, "exp", "run", "-S", "precision=bf16")
-    assert ran(exp) == {"env", "train", "evaluate"}
+    assert ran(exp) == {"env", "check_corpus", "train", "evaluate"}
     diff = sh(repo, "metrics", "diff", "--json").stdout
     changed = json.loads(diff)["metrics/train.json"]
     assert "tokens_per_sec" in changed and "val_loss" in changed
