@@ -28,6 +28,9 @@ _outputs: list[Path] = []
 # Every file this process renamed into place, with its (device, inode): a failed or stopped stage removes
 # the ones still holding what it wrote, never a file another run put there since.
 _written: dict[Path, tuple[int, int]] = {}
+# The temporary files `atomic_path` is writing now: a stop that ends the process from the lifeline's watcher
+# (os._exit, no finally blocks run) removes them with the rest.
+_pending: set[Path] = set()
 # A write failing with one of these is the machine's limit, not the lab's bug: one line says which.
 FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
         errno.EFBIG: "the file-size limit (ulimit -f) was reached"}
@@ -41,6 +44,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _pending.add(tmp.absolute())
     try:
         try:
             yield tmp
@@ -54,6 +58,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        _pending.discard(tmp.absolute())
 
 
 def disk_full(path: str | Path, err: BaseException) -> Exception:
@@ -127,6 +132,9 @@ def forget_outputs() -> None:
 
 def discard_outputs() -> None:
     """Remove what the failed or stopped stage wrote itself; what another run wrote stays."""
+    for tmp in list(_pending):
+        tmp.unlink(missing_ok=True)
+    _pending.clear()
     for path, identity in _written.items():
         try:
             st = path.stat()

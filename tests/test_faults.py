@@ -206,6 +206,23 @@ def test_a_failed_stage_removes_only_what_it_wrote(tmp_path: Path) -> None:
     assert (tmp_path / "plots" / "theirs.png").exists()
 
 
+def test_a_stop_in_the_middle_of_a_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """The lifeline's watcher ends a stage stuck in native code with os._exit: no finally block runs, so the
+    temporary file atomic_path was writing must go with the rest (prepare killed while it encoded kept
+    data/prepared/.train.bin.tmp-PID, and so data/prepared)."""
+    from benchlab import io
+
+    out = tmp_path / "prepared"
+    io.forget_outputs()
+    io.remove_outputs(out)
+    with pytest.raises(RuntimeError), io.atomic_path(out / "train.bin") as tmp:
+        tmp.write_bytes(b"half")
+        io.discard_outputs()  # what the watcher's stop runs before os._exit
+        assert not tmp.exists() and not out.exists()
+        raise RuntimeError("os._exit: the block never completes")
+    assert not out.exists()
+
+
 def test_out_of_file_descriptors_is_not_a_dead_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seen under `ulimit -n 12`: the watcher could not open /proc, took that for a dead parent and stopped train."""
     def no_descriptor(*args: object, **kwargs: object) -> None:
