@@ -77,6 +77,7 @@ def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
     Two prepares into one folder would each delete the other's files half way. The lock is an flock on a file
     in the system's temp folder (or BENCHLAB_LOCK_DIR) named after the output's absolute path, as the device
     lock is, so the kernel drops it however its holder dies; experiments in their own workspaces never meet."""
+    lifeline.check()  # a stage whose starter died while it imported takes no lock and writes nothing
     key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
     folder = Path(os.environ.get("BENCHLAB_LOCK_DIR") or tempfile.gettempdir())
     fd = os.open(folder / f"benchlab-out-{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)

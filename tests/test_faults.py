@@ -343,7 +343,9 @@ def _kill_dvc_during(lab: Path, stage: str, dvc_stage: str, after_s: float) -> t
     """Start `stage` through the stand-in, kill the stand-in `after_s` seconds later; returns how long the stage's
     processes lived on after the kill, the kill's wall-clock time, and what they printed."""
     tag = f"benchlab-kill-test-{os.getpid()}-{time.monotonic_ns()}"
-    env = {**os.environ, "BENCHLAB_LOCK_DIR": str(lab), "KILL_TEST_TAG": tag, "PYTHONDONTWRITEBYTECODE": "1"}
+    locks = lab.parent / "locks"  # the system's temp folder in a real run, never the workspace
+    locks.mkdir(exist_ok=True)
+    env = {**os.environ, "BENCHLAB_LOCK_DIR": str(locks), "KILL_TEST_TAG": tag, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the lab's own copy of the sources, never the checkout's
     env.pop("BENCHLAB_STARTER_PID", None)
     log = lab / "stage.log"

@@ -560,8 +560,11 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     said = first.stdout.splitlines()
     plan = next(i for i, line in enumerate(said) if line.startswith("search: budget 600 s: the start's screening run "))
     assert said[0] == "search: warm #1: start" and plan < said.index("search: warm #2: attention=sdpa")
-    # the start, the warm start, then the first fastest move in the knob table's order; fp16 is refused on a CPU
-    assert [line.split(": ")[-1] for line in said if " #" in line] == ["start", "attention=sdpa", "precision=tf32"]
+    # the start, the warm start, then the first fastest move in the knob table's order around the faster of the
+    # two (on a CPU sdpa and the math attention are within noise of each other); fp16 is refused on a CPU
+    screened = [line.split(": ")[-1] for line in said if " #" in line]
+    assert screened[:2] == ["start", "attention=sdpa"] and len(screened) == 3, screened
+    assert screened[2] in ("precision=tf32", "precision=tf32+attention=sdpa"), screened
     out = workdir / "out"
     assert sorted(p.name for p in out.iterdir()) == ["candidates.csv", "found.yaml", "front.csv", "front.png",
                                                      "journal.jsonl", "report.md"]
