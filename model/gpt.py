@@ -3,7 +3,7 @@
 Pre-LayerNorm blocks, learned position embeddings, a GELU MLP, input and
 output embeddings tied, and GPT-2's initialisation. The model knows its
 architecture and which attention kernel it uses, nothing else: precision,
-compilation and the optimizer are applied from outside (benchlab/optimize.py).
+compilation and the optimizer are applied from outside (benchlab/run/apply_knobs.py).
 """
 
 import math

@@ -61,8 +61,8 @@ def _utf8(raw: bytes) -> bool:
 
 CHILD = """
 import sys, time
-from benchlab.config import DataParams
-from benchlab.corpus import prepare
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import prepare
 t = time.perf_counter()
 meta = prepare(DataParams(corpus=sys.argv[1]), sys.argv[2])
 print(time.perf_counter() - t, meta["train_tokens"] + meta["val_tokens"], meta["train_sha256"], meta["val_sha256"],
@@ -86,8 +86,8 @@ def run_prepare(corpus: Path, out: Path) -> dict:
 
 
 def _pieces(corpus: Path, limit: int) -> list[str]:
-    from benchlab.config import DataParams
-    from benchlab.formats import corpus_pieces
+    from benchlab.core.sections import DataParams
+    from benchlab.prep.formats import corpus_pieces
 
     pieces, size = [], 0
     for piece in corpus_pieces([corpus], DataParams(corpus=str(corpus)), 256 * 1024):
@@ -113,8 +113,8 @@ def throughput(corpus: Path, prepared: Path, limit: int = 32_000_000) -> dict:
     import numpy as np
     from tokenizers import Tokenizer
 
-    from benchlab.corpus import encode_stream
-    from benchlab.formats import Piece
+    from benchlab.prep.corpus import encode_stream
+    from benchlab.prep.formats import Piece
 
     tok_path = str(prepared / "tokenizer.json")
     tok = Tokenizer.from_file(tok_path)

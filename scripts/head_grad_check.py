@@ -7,7 +7,7 @@ taken in fp32 with the inline head (the reference) and under bf16 autocast with 
 parameter it prints the relative error of the gradient, |g - g_fp32| / |g_fp32|, and its projection on the
 reference, <g, g_fp32> / <g_fp32, g_fp32>: a head that biased the gradients' scale would move the projection
 away from 1 by more than the rounding does. It checks the heads' arithmetic, not the GPU's kernels: on the CPU
-`onepass` runs its rows in torch (`benchlab.heads.onepass.rows_in_torch`), which tests/test_onepass.py compares with
+`onepass` runs its rows in torch (`benchlab.run.heads.onepass.rows_in_torch`), which tests/test_onepass.py compares with
 liger-kernel's kernel on CUDA.
 """
 
@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlab.heads.standard import LossOnly  # noqa: E402
-from benchlab.heads.onepass import OnePassLoss  # noqa: E402
+from benchlab.run.heads.standard import LossOnly  # noqa: E402
+from benchlab.run.heads.onepass import OnePassLoss  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=128, vocab_size=8192)

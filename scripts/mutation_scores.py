@@ -23,7 +23,7 @@ def scores(root: Path = Path("mutants")) -> dict[str, Counter]:
 
 
 def scores_from_verdicts(path: Path) -> dict[str, Counter]:
-    """Status counts by module from a verdict file: `benchlab.report.x_table__mutmut_3: killed` per line."""
+    """Status counts by module from a verdict file: `benchlab.analysis.summary.x_table__mutmut_3: killed` per line."""
     out: dict[str, Counter] = {}
     for line in path.read_text().splitlines():
         if line.startswith("#") or ": " not in line:

@@ -27,9 +27,9 @@ from typing import Any, get_args, get_type_hints
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchlab.runreport import folder_params  # noqa: E402
-from benchlab.config import AggregateParams  # noqa: E402  (the baselines' defaults)
-from benchlab.knobs import RunSettings, applied_at  # noqa: E402  (the knob table)
+from benchlab.analysis.run_report import folder_params  # noqa: E402
+from benchlab.core.params import AggregateParams  # noqa: E402  (the baselines' defaults
+from benchlab.core.knobs import RunSettings, applied_at  # noqa: E402  (the knob table)
 
 SECTION = re.compile(r"<!-- generated:(\w+)(.*?) -->\n(.*?)<!-- /generated:\1 -->", re.S)
 
@@ -58,7 +58,7 @@ def knob_default(value: Any) -> str:
 
 def knobs_table() -> str:
     """One row per field of RunSettings: values, default, what it does, where apply applies it (numbered by the
-    place of its step in benchlab.knobs.STEPS), where it is skipped."""
+    place of its step in benchlab.core.knobs.STEPS), where it is skipped."""
     hints = get_type_hints(RunSettings)
     rows = ["| knob | values | default | what it does | applied at | skipped where |",
             "| --- | --- | --- | --- | --- | --- |"]

@@ -1,15 +1,15 @@
 """Stage aggregate: every variant's result in one summary (JSON, markdown, CSV), its plots, and the run's report."""
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 from pathlib import Path
 
-from benchlab.config import load_params
-from benchlab.entry import run_main
-from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.report import check_one_env, check_one_source, env_of, load_results, markdown, to_csv
-from benchlab.runreport import RunFiles, write_run_report
+from benchlab.core.params import load_params
+from benchlab.core.stage_main import run_main
+from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.analysis.summary import check_one_env, check_one_source, env_of, load_results, markdown, to_csv
+from benchlab.analysis.run_report import RunFiles, write_run_report
 
 # The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.
 SUMMARY_KEYS = ("tokens_per_sec", "tokens_per_sec_per_gpu", "scaling_efficiency_pct", "val_loss_gap_1proc",

@@ -9,25 +9,26 @@ A variant that the device cannot run is recorded as `skipped` with the
 reason, one that runs out of memory as `oom`, one whose loss turns NaN or Inf
 as `diverged`; each still writes its result so the matrix goes on. Where the
 repeats run (fresh processes, torchrun's ranks for a `parallel` variant) and
-when BENCHLAB_DEADLINE stops them: benchlab/launch.py.
+when BENCHLAB_DEADLINE stops them: benchlab/run/launch.py.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from benchlab import devlock, launch
-from benchlab.build import model_shape
-from benchlab.config import load_params, variant_from
-from benchlab.data import load_tokens
-from benchlab.env import environment, provenance
-from benchlab.entry import run_main
-from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.optimize import resolve_device, why_not
-from benchlab.results import base_record, measured_record, skipped_record, steps_csv
+from benchlab.core import locks
+from benchlab.run import launch
+from benchlab.run.build_model import model_shape
+from benchlab.core.params import load_params, variant_from
+from benchlab.run.data import load_tokens
+from benchlab.run.env import environment, provenance
+from benchlab.core.stage_main import run_main
+from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.run.apply_knobs import resolve_device, why_not
+from benchlab.run.results import base_record, measured_record, skipped_record, steps_csv
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         write_json(result, skipped_record(base, reason))
         return
     repeat_mode = ["stages.bench", "--variant", name, args.data_dir, args.result_dir, args.steps_dir]
-    with devlock.device_lock(device, p.bench.lock, f"bench@{name}"):
+    with locks.device_lock(device, p.bench.lock, f"bench@{name}"):
         runs = launch.run_repeats(p, name, args.data_dir, repeat_mode)
     cfg, n_params = model_shape(p, settings, data.vocab_size)
     record = {**measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance), "repeats_asked": p.bench.repeats}

@@ -7,14 +7,14 @@ whichever stage is named; it runs on every repro (always_changed), and its outpu
 not rerun because of it.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 
-from benchlab.config import corpus_param
-from benchlab.entry import run_main
-from benchlab.formats import check_regular
-from benchlab.io import remove_outputs, write_json
+from benchlab.core.params import corpus_param
+from benchlab.core.stage_main import run_main
+from benchlab.prep.formats import check_regular
+from benchlab.core.files import remove_outputs, write_json
 
 
 def main(argv: list[str] | None = None) -> None:

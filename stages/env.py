@@ -8,20 +8,21 @@ emulated, and slow, on this machine. It also refuses a corpus holding a device,
 a FIFO or a socket, which DVC would otherwise hang on while hashing it.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 
 import yaml
 
-from benchlab import harness, presets
-from benchlab.build import check_model
-from benchlab.config import load_params
-from benchlab.formats import check_regular
-from benchlab.env import timing_environment
-from benchlab.entry import run_main
-from benchlab.io import remove_outputs, write_json
-from benchlab.optimize import resolve_device
+from benchlab.run import harness
+from benchlab.core import presets
+from benchlab.run.build_model import check_model
+from benchlab.core.params import load_params
+from benchlab.prep.formats import check_regular
+from benchlab.run.env import timing_environment
+from benchlab.core.stage_main import run_main
+from benchlab.core.files import remove_outputs, write_json
+from benchlab.run.apply_knobs import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:

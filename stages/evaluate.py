@@ -4,19 +4,19 @@ The result names the model it measured (its preset and the checkpoint's sha256),
 finite number is never recorded.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import math
 
-from benchlab.checkpoint import load_checkpoint
-from benchlab.config import load_params
-from benchlab.data import load_tokens
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.io import remove_outputs, write_json
-from benchlab.optimize import resolve_device
-from benchlab.runner import evaluate
+from benchlab.run.checkpoint import load_checkpoint
+from benchlab.core.params import load_params
+from benchlab.run.data import load_tokens
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.core.files import remove_outputs, write_json
+from benchlab.run.apply_knobs import resolve_device
+from benchlab.run.runner import evaluate
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Stages parity_reference and parity@<variant>: does a variant still learn the same (benchlab/parity.py).
+"""Stages parity_reference and parity@<variant>: does a variant still learn the same (benchlab/run/parity.py).
 
 parity_reference trains parity.reference with each of the two batch orders in parity.seeds; parity@<name>
 trains one variant of parity.variants with the first order and gives its verdict against that run. The
@@ -7,20 +7,21 @@ serve runs outside DVC. Each writes <name>.json to the record folder and <name>.
 side, for `dvc plots diff`) to the curve folder.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import os
 from pathlib import Path
 
-from benchlab import devlock, parity
-from benchlab.config import load_params, variant_from
-from benchlab.data import load_tokens
-from benchlab.env import environment, provenance
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.io import flat, remove_outputs, write_json, write_text
-from benchlab.optimize import resolve_device
+from benchlab.core import locks
+from benchlab.run import parity
+from benchlab.core.params import load_params, variant_from
+from benchlab.run.data import load_tokens
+from benchlab.run.env import environment, provenance
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.core.files import flat, remove_outputs, write_json, write_text
+from benchlab.run.apply_knobs import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         parity.check_reference(p, ref)
     data, device = load_tokens(args.data_dir), resolve_device(p.device)
     target = p.parity.reference if reference else name
-    with devlock.device_lock(device, p.bench.lock, f"parity@{target}"):
+    with locks.device_lock(device, p.bench.lock, f"parity@{target}"):
         runs = [parity.train_curve(p, target, data, device, seed) for seed in (p.parity.seeds if reference else p.parity.seeds[:1])]
     passes = parity.data_passes(p, target, data)
     if reference:

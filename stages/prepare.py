@@ -1,13 +1,14 @@
 """Stage prepare: corpus -> tokenizer (trained or given), train/val token files, meta.json, streamed."""
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 
-from benchlab.config import load_params
-from benchlab.corpus import check_inputs, prepare
-from benchlab.entry import run_main
-from benchlab.io import remove_outputs, sole_writer
+from benchlab.core.params import load_params
+from benchlab.prep.corpus import check_inputs, prepare
+from benchlab.core.stage_main import run_main
+from benchlab.core.files import remove_outputs
+from benchlab.core.locks import sole_writer
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Stage profile@<variant>: a torch.profiler trace and a top-kernels table of one variant in profile.variants.
 
-The traced run is bench's (benchlab/launch.py) with the profiler stepped after each step: bench.warmup_steps
+The traced run is bench's (benchlab/run/launch.py) with the profiler stepped after each step: bench.warmup_steps
 untraced steps first (compilation and allocator warm-up stay out of the trace), then profile.steps traced ones.
 The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 A `parallel` variant is traced under torchrun, as bench runs it: every rank
@@ -8,20 +8,23 @@ is profiled (their collectives wait on each other), rank 0 writes the trace
 and the table, whose `communication` family holds the NCCL kernels.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from benchlab import devlock, dist, launch, profiling
-from benchlab.config import Params, load_params, variant_from
-from benchlab.data import load_tokens
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.io import remove_outputs
-from benchlab.optimize import resolve_device, why_not
+from benchlab.core import locks
+from benchlab.run import dist
+from benchlab.run import launch
+from benchlab.run import profiling
+from benchlab.core.params import Params, load_params, variant_from
+from benchlab.run.data import load_tokens
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.core.files import remove_outputs
+from benchlab.run.apply_knobs import resolve_device, why_not
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     if reason:
         profiling.write_not_profiled(out, name, f"Not profiled on {device.type}: {reason}\n")
     elif settings.parallel != "none" and not dist.launched():
-        with devlock.device_lock(device, p.bench.lock, f"profile@{name}"):
+        with locks.device_lock(device, p.bench.lock, f"profile@{name}"):
             launch.on_ranks(settings.nproc, ["stages.profile", "--variant", name, args.data_dir, str(out)])
     else:
         trace(p, name, args.data_dir, out)
@@ -55,7 +58,7 @@ def trace(p: Params, name: str, data_dir: str, out: Path) -> None:
     warm, active = p.bench.warmup_steps, p.profile.steps
     with launch.rank_device(p, name) as device:
         data = load_tokens(data_dir)
-        lock = nullcontext() if dist.launched() else devlock.device_lock(device, p.bench.lock, f"profile@{name}")
+        lock = nullcontext() if dist.launched() else locks.device_lock(device, p.bench.lock, f"profile@{name}")
         with lock, profiling.profiler(device, warm, active) as prof:
             rec = launch.train_variant(p, name, data, device, f"profile@{name}", warm + active, on_step=prof.step)
         if rec.status != "ok":

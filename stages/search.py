@@ -1,13 +1,13 @@
 """Stage search (search/dvc.yaml): which knobs make this model fastest, and leanest, on this device.
 
-The phases, the budget and the choice are benchlab/search.py's; the runs are benchlab/search_runs.py's; what
-it writes is benchlab/search_report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
+The phases, the budget and the choice are benchlab/search/strategy.py's; the runs are benchlab/search/runs.py's; what
+it writes is benchlab/search/report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
 keeps it when the stage starts again, so a stopped search resumes and repeats no run it finished, and a
 search at another model size starts from what this one found. `--worker` is the screening worker's mode,
 `--candidate FILE` a fresh-process confirmation run's; the stage starts both itself.
 """
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import sys
@@ -15,14 +15,19 @@ from pathlib import Path
 
 import yaml
 
-from benchlab import launch, parity, search, search_moves, search_report, search_runs
-from benchlab.config import load_params
-from benchlab.entry import run_main
-from benchlab.env import environment
-from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.knobs import RunSettings
-from benchlab.optimize import device_facts
-from benchlab.search_journal import Journal
+from benchlab.run import launch
+from benchlab.run import parity
+from benchlab.search import strategy
+from benchlab.search import moves
+from benchlab.search import report
+from benchlab.search import runs
+from benchlab.core.params import load_params
+from benchlab.core.stage_main import run_main
+from benchlab.run.env import environment
+from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.knobs import RunSettings
+from benchlab.run.apply_knobs import device_facts
+from benchlab.search.journal import Journal
 
 OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
 
@@ -39,33 +44,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)  # a CPU's screening run: fewer steps
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    search_runs.use_compile_cache()
+    runs.use_compile_cache()
     p = load_params()
     if args.worker:
-        search_runs.serve(p, args.data_dir)
+        runs.serve(p, args.data_dir)
         return
     if args.candidate:
-        search_runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
+        runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
         return
     out = Path(args.out_dir)
     remove_outputs(*(out / name for name in OUTPUTS), args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
-    runs = search_runs.Runs(p, args.data_dir, reference)
-    start = search_runs.start_of(p)
-    journal = Journal(out / "journal.jsonl", search_runs.context(p, runs.device))
+    measure = runs.Runs(p, args.data_dir, reference)
+    start = runs.start_of(p)
+    journal = Journal(out / "journal.jsonl", runs.context(p, measure.device))
     batch = p.batch_size(start)
-    limits = search.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
-                           p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size)
-    warm = search_runs.warm_starts(p, journal.found_elsewhere())
-    rules = search_moves.rules_for(device_facts(runs.device), batch)
+    limits = strategy.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
+                             p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size)
+    warm = runs.warm_starts(p, journal.found_elsewhere())
+    rules = moves.rules_for(device_facts(measure.device), batch)
     try:
-        result = search.Search(start, rules, runs.screen, runs.repeat, runs.judge, journal, limits, batch,
-                               warm).run()
+        result = strategy.Search(start, rules, measure.screen, measure.repeat, measure.judge, journal, limits,
+                                 batch, warm).run()
     finally:
-        runs.worker.close()
+        measure.worker.close()
     write_outputs(result, journal, limits, out, args.summary, p.model, start, p.preset)
-    for goal in search.GOALS:
+    for goal in strategy.GOALS:
         answer = result.get(goal) or {}
         print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "
                                      f"{answer['peak_mem_mb']:,.0f} MiB)" if answer.get("name")
@@ -74,22 +79,22 @@ def main(argv: list[str] | None = None) -> None:
           f"{out / 'found.yaml'}, the front in {out / 'front.csv'}")
 
 
-def write_outputs(result: dict, journal: Journal, limits: search.Limits, out: Path, summary: str, model: str,
+def write_outputs(result: dict, journal: Journal, limits: strategy.Limits, out: Path, summary: str, model: str,
                   start_settings: RunSettings, preset: str) -> None:
     """Every output but the journal: the candidates, the front and its plot, the found variants, the report."""
     start = result.get("start")
     env = environment()
     machine = f"{env.get('gpu') or env.get('cpu')} (torch {env.get('torch')})"
-    write_text(out / "candidates.csv", search_report.candidates_csv(journal, start.tokens_per_sec if start else None))
-    write_text(out / "front.csv", search_report.front_csv(result, journal))
-    found = search.found_variants(result, start_settings, model) if result["status"] == "ok" else {}
+    write_text(out / "candidates.csv", report.candidates_csv(journal, start.tokens_per_sec if start else None))
+    write_text(out / "front.csv", report.front_csv(result, journal))
+    found = strategy.found_variants(result, start_settings, model) if result["status"] == "ok" else {}
     write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
-    search_report.plot_front(result, journal, out / "front.png")
-    command = search_report.exp_command(found, preset) if found else ""
-    write_text(out / "report.md", search_report.report_md(result, journal, limits, machine, "front.png", command))
+    report.plot_front(result, journal, out / "front.png")
+    command = report.exp_command(found, preset) if found else ""
+    write_text(out / "report.md", report.report_md(result, journal, limits, machine, "front.png", command))
     if command:
         print(f"search: to time the answers in the matrix: {command}")
-    write_json(summary, search_report.summary(result, journal, limits))
+    write_json(summary, report.summary(result, journal, limits))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,22 @@
 """Stage train: train the model the top-level params describe; save it, its metrics and its full record."""
 
-import benchlab.lifeline  # noqa: F401  first: arms the lifeline before torch loads (benchlab/lifeline.py)
+import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
 import math
 from dataclasses import asdict
 
-from benchlab import devlock
-from benchlab.checkpoint import save_checkpoint
-from benchlab.config import load_params
-from benchlab.data import load_tokens
-from benchlab.env import environment, provenance
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.io import remove_outputs, write_json, write_text
-from benchlab.optimize import resolve_device, why_not
-from benchlab.results import base_record, measured_record, metric_view, steps_csv
-from benchlab.runner import train_once
+from benchlab.core import locks
+from benchlab.run.checkpoint import save_checkpoint
+from benchlab.core.params import load_params
+from benchlab.run.data import load_tokens
+from benchlab.run.env import environment, provenance
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.run.apply_knobs import resolve_device, why_not
+from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
+from benchlab.run.runner import train_once
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     if warmup < 1:
         raise LabError(f"train.steps={p.train.steps} is too few to time; use at least 3")
     print(f"train: model={p.model} {asdict(p.run)} on {device}, {p.train.steps} steps")
-    with devlock.device_lock(device, p.bench.lock, "train"):
+    with locks.device_lock(device, p.bench.lock, "train"):
         rec = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress="train")
     if rec.status != "ok":
         raise LabError(f"training stopped: {rec.message}; lower train.lr or use another precision")

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.config import DataParams, Params, parse_params
-from benchlab.corpus import prepare
-from benchlab.data import load_tokens
+from benchlab.core.params import Params, parse_params
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import prepare
+from benchlab.run.data import load_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus" / "python_docs.txt"

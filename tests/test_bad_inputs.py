@@ -13,10 +13,10 @@ import pytest
 import torch
 import yaml
 
-from benchlab.checkpoint import FORMAT as CHECKPOINT_FORMAT
-from benchlab.config import DataParams
-from benchlab.corpus import prepare as prepare_corpus
-from benchlab.entry import run_main
+from benchlab.run.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import prepare as prepare_corpus
+from benchlab.core.stage_main import run_main
 from stages import aggregate, bench, env, evaluate, prepare, train
 from tests.conftest import ROOT, micro_params
 
@@ -49,15 +49,15 @@ class Evil:
 
 
 def evil_checkpoint(root: Path) -> None:
-    (root / "models").mkdir(exist_ok=True)
-    with open(root / "models" / "model.pt", "wb") as f:
+    (root / "checkpoints").mkdir(exist_ok=True)
+    with open(root / "checkpoints" / "model.pt", "wb") as f:
         pickle.dump({"format": CHECKPOINT_FORMAT, "payload": Evil()}, f)
 
 
 def evil_torch_checkpoint(root: Path) -> None:
     """The same payload inside torch.save's own zip format."""
-    (root / "models").mkdir(exist_ok=True)
-    torch.save({"format": CHECKPOINT_FORMAT, "payload": Evil()}, root / "models" / "model.pt")
+    (root / "checkpoints").mkdir(exist_ok=True)
+    torch.save({"format": CHECKPOINT_FORMAT, "payload": Evil()}, root / "checkpoints" / "model.pt")
 
 
 def prepare_tokens(corpus: Path, vocab: int, val: float, out: Path, text_limit: int) -> None:
@@ -75,14 +75,14 @@ def small_data(root: Path) -> None:
 def checkpoint_of(model: str = "tiny", nan: bool = False) -> Callable[[Path], None]:
     """A checkpoint as the train stage writes it, of an untrained `model` (its weights NaN if `nan`)."""
     def write(root: Path) -> None:
-        from benchlab.checkpoint import save_checkpoint
+        from benchlab.run.checkpoint import save_checkpoint
         from model.gpt import GPT, GPTConfig
 
         net = GPT(GPTConfig.from_name(model, vocab_size=512))
         if nan:
             with torch.no_grad():
                 net.ln_f.weight.fill_(float("nan"))  # saved with its checksum: only the loss can tell
-        save_checkpoint(net, model, root / "models" / "model.pt")
+        save_checkpoint(net, model, root / "checkpoints" / "model.pt")
     return write
 
 
@@ -92,7 +92,7 @@ def damaged_checkpoint(payload: bytes) -> Callable[[Path], None]:
         import zipfile
 
         checkpoint_of()(root)
-        path = root / "models" / "model.pt"
+        path = root / "checkpoints" / "model.pt"
         with zipfile.ZipFile(path) as z:
             info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
         with path.open("r+b") as f:  # torch stores records uncompressed: the data follow the local header
@@ -155,7 +155,7 @@ def corpus_folder_with(make: Callable[[Path], None]) -> Callable[[Path], None]:
 def tokens_rewritten(split: str, data: bytes, count: object) -> Callable[[Path], None]:
     """Token files that meta.json agrees with (size and sha256) but that hold `data`."""
     def apply(root: Path) -> None:
-        from benchlab.io import file_sha256
+        from benchlab.core.files import file_sha256
 
         (root / "prep" / f"{split}.bin").write_bytes(data)
         meta = json.loads((root / "prep" / "meta.json").read_text())
@@ -165,15 +165,15 @@ def tokens_rewritten(split: str, data: bytes, count: object) -> Callable[[Path],
 
 
 def foreign_checkpoint(root: Path) -> None:
-    (root / "models").mkdir(exist_ok=True)
-    torch.save({"state_dict": {"w": torch.zeros(2)}}, root / "models" / "model.pt")
+    (root / "checkpoints").mkdir(exist_ok=True)
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, root / "checkpoints" / "model.pt")
 
 
 ENV = (env.main, ["metrics/env.json"], ["metrics/env.json"])
 PREPARE = (prepare.main, ["prep"], ["prep"])
-TRAIN = (train.main, ["prep", "models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"],
-         ["models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"])
-EVALUATE = (evaluate.main, ["prep", "models/model.pt", "metrics/eval.json"], ["metrics/eval.json"])
+TRAIN = (train.main, ["prep", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"],
+         ["checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"])
+EVALUATE = (evaluate.main, ["prep", "checkpoints/model.pt", "metrics/eval.json"], ["metrics/eval.json"])
 AGGREGATE = (aggregate.main, ["results", "steps", "parity", "profiles", "s.json", "s.md", "s.csv", "plots", "r.md"],
              ["s.json", "s.md", "s.csv", "plots", "r.md"])
 
@@ -253,8 +253,8 @@ CASES = [
     ("missing corpus", set_params(data__corpus="nowhere.txt"), PREPARE, "data.corpus='nowhere.txt' does not exist"),
     ("missing checkpoint", lambda root: None, EVALUATE, "not found; rerun `dvc repro train`"),
     ("checkpoint that is not ours", foreign_checkpoint, EVALUATE, f"is not a {CHECKPOINT_FORMAT} checkpoint"),
-    ("corrupt checkpoint", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(b"\x00garbage" * 9)), EVALUATE, "is not a checkpoint this lab wrote"),
-    ("checkpoint of random bytes", lambda r: ((r / "models").mkdir(), (r / "models/model.pt").write_bytes(os.urandom(4096))),
+    ("corrupt checkpoint", lambda r: ((r / "checkpoints").mkdir(), (r / "checkpoints/model.pt").write_bytes(b"\x00garbage" * 9)), EVALUATE, "is not a checkpoint this lab wrote"),
+    ("checkpoint of random bytes", lambda r: ((r / "checkpoints").mkdir(), (r / "checkpoints/model.pt").write_bytes(os.urandom(4096))),
      EVALUATE, "is not a checkpoint this lab wrote (damaged or replaced); rerun `dvc repro train`"),
     ("checkpoint carrying code", evil_checkpoint, EVALUATE, "is not a checkpoint this lab wrote"),
     ("torch checkpoint carrying code", evil_torch_checkpoint, EVALUATE, "holds objects other than tensors"),
@@ -278,12 +278,12 @@ CASES = [
     ("weights overwritten with plausible floats", damaged_checkpoint(torch.full((100,), 0.02).numpy().tobytes()),
      EVALUATE, "does not match the sha256 it carries: its weights are damaged"),
     ("weights that give a NaN loss", checkpoint_of(nan=True), EVALUATE,
-     "the validation loss of models/model.pt is nan, so nothing was recorded"),
+     "the validation loss of checkpoints/model.pt is nan, so nothing was recorded"),
     ("evaluating past the checkpoint's context", then_params(checkpoint_of(), train__block_size=256),
-     EVALUATE, "train.block_size=256 is longer than the context of models/model.pt (128 tokens, model=tiny)"),
+     EVALUATE, "train.block_size=256 is longer than the context of checkpoints/model.pt (128 tokens, model=tiny)"),
     # Issue 46: the holes a hostile user still found. Every value a message echoes is cut to its first 80 characters.
     ("a checkpoint of another preset", then_params(checkpoint_of("gpt_small"), model="tiny"), EVALUATE,
-     "models/model.pt holds a model=gpt_small checkpoint, but params.yaml says model=tiny; rerun `dvc repro train` "
+     "checkpoints/model.pt holds a model=gpt_small checkpoint, but params.yaml says model=tiny; rerun `dvc repro train` "
      "(it trains model=tiny), or set model=gpt_small"),
     ("a top-level key given twice", twice("seed: 1"), ENV,
      "params.yaml gives seed twice (lines "),  # tests/test_config.py holds the whole message
@@ -339,7 +339,7 @@ def test_out_of_memory_variant_is_recorded_and_the_matrix_goes_on(workdir: Path,
     def oom(*args: object, **kwargs: object) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
 
-    monkeypatch.setattr("benchlab.runner.train_step", oom)
+    monkeypatch.setattr("benchlab.run.runner.train_step", oom)
     run_main(bench.main, ["--variant", "bf16", "prep", "results", "steps"])  # returns: no SystemExit
     record = json.loads((workdir / "results" / "bf16.json").read_text())
     assert record["status"] == "oom" and "batch size 4" in record["message"]
@@ -366,7 +366,7 @@ def test_truncated_tokens_stop_training_before_it_starts(workdir: Path, prepared
         run_main(train.main, TRAIN[1])
     err = capsys.readouterr().err
     assert "truncated or replaced" in err and "dvc repro prepare" in err
-    assert not Path("models/model.pt").exists()
+    assert not Path("checkpoints/model.pt").exists()
 
 
 @pytest.mark.parametrize("breaker, message", [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchlab.entry import run_main
+from benchlab.core.stage_main import run_main
 from stages import check_corpus
 from tests.conftest import ROOT, copy_sources
 from tests.test_dvc_faults import lab_params, run, set_params

@@ -4,7 +4,6 @@ The damaged, NaN and too-short-context cases, each with its message, are in test
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
-from benchlab.entry import run_main
-from benchlab.errors import LabError
+from benchlab.run.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
 from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
 from tests.test_faults import scratch_sources
 
-TRAIN_ARGS = ["prep", "models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
+TRAIN_ARGS = ["prep", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
 
 
 def test_a_checkpoint_loads_back_with_its_preset_and_checksum(tmp_path: Path) -> None:
@@ -37,8 +36,8 @@ def test_a_checkpoint_loads_back_with_its_preset_and_checksum(tmp_path: Path) ->
 
 def test_evaluate_records_which_model_it_measured(workdir: Path, prepared: Path) -> None:
     shutil.copytree(prepared, workdir / "prep")
-    sha256 = save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", workdir / "models" / "model.pt")
-    run_main(evaluate.main, ["prep", "models/model.pt", "metrics/eval.json"])
+    sha256 = save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", workdir / "checkpoints" / "model.pt")
+    run_main(evaluate.main, ["prep", "checkpoints/model.pt", "metrics/eval.json"])
     record = json.loads((workdir / "metrics" / "eval.json").read_text())
     assert record["model"] == "tiny" and record["checkpoint_sha256"] == sha256
     assert record["val_loss"] > 0 and record["eval_tokens"] == 2 * 4 * 32
@@ -50,7 +49,7 @@ def test_a_validation_loss_that_is_not_finite_is_never_recorded(workdir: Path, p
     """Training ends with finite losses, but the last update broke the weights: no result, no checkpoint."""
     shutil.copytree(prepared, workdir / "prep")
     monkeypatch.setenv("GIT_OPTIONAL_LOCKS", "0")  # in this process the stage's git status reads the checkout
-    monkeypatch.setattr("benchlab.runner.evaluate", lambda *args, **kwargs: float("nan"))
+    monkeypatch.setattr("benchlab.run.runner.evaluate", lambda *args, **kwargs: float("nan"))
     with pytest.raises(SystemExit) as stop:
         run_main(train.main, TRAIN_ARGS)
     assert stop.value.code == 2
@@ -64,7 +63,7 @@ LIMITED = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
-from benchlab.entry import run_main
+from benchlab.core.stage_main import run_main
 from stages import {stage}
 run_main({stage}.main, sys.argv[2:])
 """
@@ -84,10 +83,10 @@ def test_a_full_disk_while_saving_the_checkpoint_is_one_line_and_leaves_nothing(
     proc = run_limited("train", 100_000, TRAIN_ARGS, workdir)  # the tiny model's checkpoint is ~450 kB
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: writing models/model.pt failed: the write stopped short") and "Traceback" not in proc.stderr
+    assert last.startswith("error: writing checkpoints/model.pt failed: the write stopped short") and "Traceback" not in proc.stderr
     assert "ulimit -f" in last and "nothing was recorded" in last
     assert not any(Path(p).exists() for p in TRAIN_ARGS[1:])
-    assert not list((workdir / "models").glob(".model.pt.tmp-*"))
+    assert not list((workdir / "checkpoints").glob(".model.pt.tmp-*"))
 
 
 # ---------------------------------------------------------------- the checksum, here and not only through evaluate
@@ -216,8 +215,8 @@ def test_a_write_torch_cannot_finish_names_the_checkpoint_and_the_limit(tmp_path
     def short_write(obj: object, f: object) -> None:
         raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 448 vs 342")
 
-    monkeypatch.setattr("benchlab.checkpoint.torch.save", short_write)
-    path = tmp_path / "models" / "model.pt"
+    monkeypatch.setattr("benchlab.run.checkpoint.torch.save", short_write)
+    path = tmp_path / "checkpoints" / "model.pt"
     with pytest.raises(LabError) as err:
         save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
     assert str(err.value).startswith(f"writing {path} failed: the write stopped short ([enforce fail at "

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.config import load_params, parse_params, variant_from
-from benchlab.errors import LabError
-from benchlab.knobs import (KNOBS, STEPS, RunSettings, applied_at, check_combination, from_old_knobs,
+from benchlab.core.params import load_params, parse_params, variant_from
+from benchlab.core.errors import LabError
+from benchlab.core.knobs import (KNOBS, STEPS, RunSettings, applied_at, check_combination, from_old_knobs,
                             unsupported_reason)
-from benchlab.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
-from benchlab.skips import DeviceFacts
+from benchlab.core.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
+from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
 
 CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
@@ -585,7 +585,7 @@ def test_bad_search_params_get_one_line_errors(key: str, value: object, words: s
 
 
 def test_a_search_start_that_is_not_a_variant_is_refused_at_load_and_the_default_where_the_search_starts() -> None:
-    from benchlab.search_runs import start_of
+    from benchlab.search.runs import start_of
 
     data = micro_params()
     data["search"]["start"] = "nope"  # set by the user: refused before any stage runs (the env stage loads params)
@@ -789,9 +789,9 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
 ])
 def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: str, values: dict,
                                                                      message: str | None) -> None:
-    from benchlab import config
+    from benchlab.core import sections
 
-    make = getattr(config, section)
+    make = getattr(sections, section)
     if message is None:
         assert all(getattr(make(**values), k) == v for k, v in values.items())
         return
@@ -853,7 +853,8 @@ def test_an_unknown_top_level_key_lists_every_valid_one_sorted() -> None:
 
 
 def test_a_section_is_a_mapping_or_empty() -> None:
-    from benchlab.config import EvalParams, TrainParams, parse
+    from benchlab.core.params import parse
+    from benchlab.core.sections import EvalParams, TrainParams
 
     assert parse(EvalParams, None, "eval") == EvalParams()  # `eval:` with nothing under it: the defaults
     with pytest.raises(LabError) as err:

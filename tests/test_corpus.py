@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from benchlab.config import DataParams
-from benchlab.corpus import new_tokenizer, prepare
-from benchlab.data import load_tokens
-from benchlab.errors import LabError
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import new_tokenizer, prepare
+from benchlab.run.data import load_tokens
+from benchlab.core.errors import LabError
 from tests.conftest import CORPUS, ROOT
 
 EOT = "<|endoftext|>"
@@ -115,8 +115,8 @@ def test_a_bad_byte_late_in_a_large_file_stops_before_any_output(tmp_path: Path)
 
 PREPARE_CHILD = """
 import resource, sys
-from benchlab.config import DataParams
-from benchlab.corpus import prepare
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import prepare
 prepare(DataParams(corpus=sys.argv[1], vocab_size=512, tokenizer_sample_bytes=500_000), sys.argv[2], batch_bytes=1 << 20)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
@@ -164,7 +164,7 @@ def test_memory_stays_flat_as_the_corpus_grows(tmp_path: Path) -> None:
 # The prepare stage in a child process, under a limit set after its imports (so that they always fit).
 LIMITED_PREPARE = """
 import resource, signal, sys
-from benchlab.entry import run_main
+from benchlab.core.stage_main import run_main
 from stages import prepare
 kind, extra = sys.argv[1], int(sys.argv[2])
 if kind == "memory":  # extra: bytes of address space beyond what the imports took
@@ -207,13 +207,13 @@ def test_prepare_out_of_memory_leaves_no_temporary_file(workdir: Path, headroom_
 
 def test_a_memory_error_in_prepare_is_one_line(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from benchlab.entry import run_main
+    from benchlab.core.stage_main import run_main
     from stages import prepare as stage
 
     def no_memory(*args: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr("benchlab.corpus.split_tail", no_memory)  # after train.bin is written
+    monkeypatch.setattr("benchlab.prep.corpus.split_tail", no_memory)  # after train.bin is written
     with pytest.raises(SystemExit) as stop:
         run_main(stage.main, ["prep"])
     assert stop.value.code == 2
@@ -225,7 +225,7 @@ def test_a_memory_error_in_prepare_is_one_line(workdir: Path, monkeypatch: pytes
 def test_a_second_prepare_into_the_same_folder_leaves_the_first_alone(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Before, the second deleted the first's folder half way and the first died with a traceback."""
-    from benchlab.entry import run_main
+    from benchlab.core.stage_main import run_main
     from stages import prepare as stage
 
     monkeypatch.setenv("BENCHLAB_LOCK_DIR", str(workdir))

@@ -1,4 +1,4 @@
-"""benchlab/dist.py: which process is which rank, how torchrun is started, and which rank writes a stage's outputs.
+"""benchlab/run/dist.py: which process is which rank, how torchrun is started, and which rank writes a stage's outputs.
 
 The ranks' training itself (two gloo ranks against one process) is in tests/test_distributed.py; these tests need
 no second process, so a planted bug in a rank's identity or in who writes is caught in the default selection.
@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab import dist, launch
-from benchlab.config import parse_params
-from benchlab.errors import LabError
-from benchlab.runner import RunRecord
+from benchlab.run import dist
+from benchlab.run import launch
+from benchlab.core.params import parse_params
+from benchlab.core.errors import LabError
+from benchlab.run.runner import RunRecord
 from stages import profile
 from tests.conftest import micro_params
 

@@ -16,13 +16,13 @@ import pytest
 import torch
 import yaml
 
-from benchlab import dist
-from benchlab.config import RunSettings, parse_params
-from benchlab.knobs import unsupported_reason
-from benchlab.skips import DeviceFacts
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.report import scaling
+from benchlab.run import dist
+from benchlab.core.params import RunSettings, parse_params
+from benchlab.core.knobs import unsupported_reason
+from benchlab.core.skips import DeviceFacts
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.analysis.summary import scaling
 from stages import bench, env
 from tests.conftest import ROOT, micro_params
 
@@ -140,7 +140,7 @@ class _FakeDDP:
 def test_ddp_wraps_with_the_run_s_buckets_and_comm_hook(hook: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
-    from benchlab.optimize import ddp
+    from benchlab.run.apply_knobs import ddp
 
     monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", _FakeDDP)
     settings = RunSettings(parallel="ddp", nproc=2, ddp_bucket_mb=100, ddp_grad_as_bucket_view=True, ddp_comm_hook=hook)
@@ -154,7 +154,7 @@ def test_ddp_wraps_with_the_run_s_buckets_and_comm_hook(hook: str, monkeypatch: 
 
 def test_fsdp2_compiles_each_block_inside_its_hooks_and_the_head_apart() -> None:
     """Compiled from outside, FSDP2's hooks broke the graph at every block (two H200s: 39% of DDP's tokens/s)."""
-    from benchlab.optimize import compile_blocks, wrapper
+    from benchlab.run.apply_knobs import compile_blocks, wrapper
     from model.gpt import GPT, GPTConfig
 
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))
@@ -171,7 +171,7 @@ def test_fsdp2_compiles_each_block_inside_its_hooks_and_the_head_apart() -> None
 @pytest.mark.parametrize("per_unit, units", [(1, [[0], [1], [2], [3], [4]]), (2, [[0, 1], [2, 3], [4]]), (0, [])])
 def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, units: list,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.optimize import shard
+    from benchlab.run.apply_knobs import shard
     from model.gpt import GPT, GPTConfig
 
     sharded: list = []
@@ -192,12 +192,12 @@ def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, unit
     ("standard", True, True), ("inline", True, True), ("standard", False, None), ("chunked", True, None)])
 def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
         loss: str, compile: bool, head_compiled: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.config import TrainParams
-    from benchlab.heads.standard import BodyThenHead
-    from benchlab.optimize import apply
+    from benchlab.core.sections import TrainParams
+    from benchlab.run.heads.standard import BodyThenHead
+    from benchlab.run.apply_knobs import apply
     from model.gpt import GPT, GPTConfig
 
-    monkeypatch.setattr("benchlab.optimize.shard", lambda model, settings, device: None)  # no process group here
+    monkeypatch.setattr("benchlab.run.apply_knobs.shard", lambda model, settings, device: None)  # no process group here
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     run = apply(model, RunSettings(parallel="fsdp2", nproc=2, compile=compile, loss=loss), torch.device("cpu"),
@@ -348,7 +348,7 @@ def test_two_nodes_by_c10d_rendezvous_match_one_node_with_two_ranks(dist_workdir
     ({"fsdp_blocks_per_unit": 0}, [], None)])
 def test_fsdp2_shards_block_units_then_the_root_on_one_mesh_with_its_precision(
         monkeypatch: pytest.MonkeyPatch, knobs: dict, unit_sizes: list, param_dtype: torch.dtype | None) -> None:
-    from benchlab import optimize
+    from benchlab.run import apply_knobs
     from model.gpt import GPT, GPTConfig
 
     calls: list = []
@@ -367,7 +367,7 @@ def test_fsdp2_shards_block_units_then_the_root_on_one_mesh_with_its_precision(
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
     model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     settings = RunSettings(parallel="fsdp2", nproc=2, **knobs)
-    optimize.shard(model, settings, torch.device("cuda", 1))
+    apply_knobs.shard(model, settings, torch.device("cuda", 1))
     assert calls[0] == ("mesh", ("cuda", (2,)), {})
     assert policies == [{"param_dtype": param_dtype, "reduce_dtype": torch.float32}]
     policy = calls[-2][2]["mp_policy"]  # the root's, the last shard
@@ -386,30 +386,30 @@ def test_fsdp2_shards_block_units_then_the_root_on_one_mesh_with_its_precision(
 
 
 def test_ddp_on_a_gpu_names_its_card_and_on_a_cpu_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab import optimize
+    from benchlab.run import apply_knobs
 
     seen: list = []
     monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda module, **kw: seen.append(kw["device_ids"]))
-    wrap = optimize.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cuda", 1))
+    wrap = apply_knobs.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cuda", 1))
     wrap(torch.nn.Linear(2, 2))
-    optimize.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cpu"))(torch.nn.Linear(2, 2))
+    apply_knobs.ddp(RunSettings(parallel="ddp", nproc=2), torch.device("cpu"))(torch.nn.Linear(2, 2))
     assert seen == [[1], None]
 
 
 def test_a_parallel_run_needs_a_process_group_and_fsdp2_shards_the_model_it_was_given(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab import optimize
+    from benchlab.run import apply_knobs
     from model.gpt import GPT, GPTConfig
 
     model, gpu = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), torch.device("cuda", 1)
     fsdp2 = RunSettings(parallel="fsdp2", nproc=2)
     with pytest.raises(LabError) as err:
-        optimize.parallelize(model, fsdp2, gpu)
+        apply_knobs.parallelize(model, fsdp2, gpu)
     assert str(err.value) == ("parallel=fsdp2 runs under torchrun (the bench stage starts it); this process joined no "
                               "process group")
     sharded: list = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(optimize, "shard", lambda *args: sharded.append(args))
-    optimize.parallelize(model, fsdp2, gpu)
-    optimize.parallelize(model, RunSettings(parallel="ddp", nproc=2), gpu)  # DDP wraps later, in the loss head
+    monkeypatch.setattr(apply_knobs, "shard", lambda *args: sharded.append(args))
+    apply_knobs.parallelize(model, fsdp2, gpu)
+    apply_knobs.parallelize(model, RunSettings(parallel="ddp", nproc=2), gpu)  # DDP wraps later, in the loss head
     assert sharded == [(model, fsdp2, gpu)]

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 
-from benchlab.config import RunSettings
+from benchlab.core.params import RunSettings
 from tests.conftest import ROOT
 
 TABLES = [sys.executable, str(ROOT / "scripts/readme_tables.py")]
@@ -127,13 +127,13 @@ def test_mutation_scores_count_a_verdict_file_by_module(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     verdicts = tmp_path / "v.txt"
-    verdicts.write_text("# machine and date\nbenchlab.stats.x_describe__mutmut_1: killed\n"
-                        "benchlab.stats.x_describe__mutmut_2: survived\nbenchlab.heads.chunked.xǁCǁf__mutmut_1: timeout\n"
-                        "benchlab.heads.chunked.x_g__mutmut_1: killed\n")
+    verdicts.write_text("# machine and date\nbenchlab.core.stats.x_describe__mutmut_1: killed\n"
+                        "benchlab.core.stats.x_describe__mutmut_2: survived\n"
+                        "benchlab.run.heads.chunked.xǁCǁf__mutmut_1: timeout\nbenchlab.run.heads.chunked.x_g__mutmut_1: killed\n")
     counts = mutation_scores.scores_from_verdicts(verdicts)
-    assert counts == {"benchlab/heads/chunked.py": {"timeout": 1, "killed": 1},
-                      "benchlab/stats.py": {"killed": 1, "survived": 1}}
+    assert counts == {"benchlab/core/stats.py": {"killed": 1, "survived": 1},
+                      "benchlab/run/heads/chunked.py": {"timeout": 1, "killed": 1}}
     lines = mutation_scores.table(counts).splitlines()
-    assert lines[2] == "| benchlab/heads/chunked.py | 2 | 1 | 1 | 0 | 0 | 0 | 100.0 |"  # a hang is caught too
-    assert lines[3] == "| benchlab/stats.py | 2 | 1 | 0 | 1 | 0 | 0 | 50.0 |"
+    assert lines[2] == "| benchlab/core/stats.py | 2 | 1 | 0 | 1 | 0 | 0 | 50.0 |"
+    assert lines[3] == "| benchlab/run/heads/chunked.py | 2 | 1 | 1 | 0 | 0 | 0 | 100.0 |"  # a hang is caught too
     assert lines[4] == "| all | 4 | 2 | 1 | 1 | 0 | 0 | 75.0 |"

@@ -79,20 +79,20 @@ def test_an_added_variant_counts_as_committed_code(lab: Path) -> None:
     try:
         run(lab, "repro", "bench@sdpa_fused")
         assert json.loads(record.read_text())["provenance.tree_clean"] is True
-        with (lab / "benchlab/stats.py").open("a") as f:  # a change to code the stage runs does count
+        with (lab / "benchlab/core/stats.py").open("a") as f:  # a change to code the stage runs does count
             f.write("# an uncommitted edit\n")
         run(lab, "repro", "bench@sdpa_fused")
         assert json.loads(record.read_text())["provenance.tree_clean"] is False
     finally:
-        run(lab, "git", "checkout", "--", "params.yaml", "dvc.lock", "benchlab/stats.py")
+        run(lab, "git", "checkout", "--", "params.yaml", "dvc.lock", "benchlab/core/stats.py")
 
 
 HOLDER = """
 import json, sys, time, torch
 from pathlib import Path
-from benchlab import devlock
+from benchlab.core import locks
 # The first timing: holds the device, finishes its outputs when told, then exits and releases the device.
-with devlock.device_lock(torch.device("cpu"), "fail", "bench@fp32_baseline"):
+with locks.device_lock(torch.device("cpu"), "fail", "bench@fp32_baseline"):
     print("held", flush=True)
     sys.stdin.readline()
     Path("metrics/variants").mkdir(parents=True, exist_ok=True)
@@ -189,7 +189,7 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
         assert ") died at step " in out or ") died before its first step; nothing recorded" in out, out
         assert "Traceback" not in out and "by the user" not in out, out
         assert took < 1.0, f"the stage took {took:.2f} s to end"
-        assert not (lab / "models/model.pt").exists() and not (lab / "metrics/train.json").exists()
+        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
     finally:
         for pid in _processes_in(lab, "stages.train"):
             os.kill(pid, signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""The environment (benchlab/env.py): what every result record carries, and the part of it every timing stage
+"""The environment (benchlab/run/env.py): what every result record carries, and the part of it every timing stage
 depends on (metrics/env.json): a library's version in it, the kernel's build string not."""
 
 import importlib.metadata
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchlab import env
-from benchlab.knobs import RunSettings
-from benchlab.results import base_record
+from benchlab.run import env
+from benchlab.core.knobs import RunSettings
+from benchlab.run.results import base_record
 from stages import env as stages_env
 
 LIBRARY_KEYS = ("torch", "triton", "torchao", "liger_kernel", "cut_cross_entropy", "nvidia_ml_py", "nccl")
@@ -81,7 +81,7 @@ def test_a_different_cpu_model_or_torch_version_gives_a_different_env_json(
 def test_a_record_keeps_the_platform_the_env_json_leaves_out(params, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(env.platform, "platform", lambda: KERNELS[0])
     record = base_record("fp32_baseline", params, RunSettings(), "cpu", env.environment(), {})
-    assert record["env.platform"] == KERNELS[0]  # benchlab/runreport.py reads it
+    assert record["env.platform"] == KERNELS[0]  # benchlab/analysis/run_report.py reads it
     assert env.timing_environment() == {k: v for k, v in env.environment().items() if k not in env.NOT_TIMING}
     assert "platform" not in env.timing_environment()
 

@@ -1,6 +1,6 @@
 """errors: a user value echoed in a message is cut to a short form; the machine's limits read as one line."""
 
-from benchlab.errors import cut, exhausted, shown
+from benchlab.core.errors import cut, exhausted, shown
 
 
 def test_a_short_value_is_shown_whole_and_a_long_one_by_its_start_and_length() -> None:

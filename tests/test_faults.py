@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab import devlock, lifeline
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.harness import Neighbours
-from benchlab.results import neighbours
-from benchlab.runner import RunRecord
+from benchlab.core import locks
+from benchlab.core import parent_watch
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.run.harness import Neighbours
+from benchlab.run.results import neighbours
+from benchlab.run.runner import RunRecord
 from stages import bench
 from tests.conftest import ROOT, micro_params
 
@@ -33,8 +34,8 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _hold_lock_in_another_process(seconds: float) -> subprocess.Popen:
-    code = ("import time, torch\nfrom benchlab import devlock\n"
-            f"with devlock.device_lock(torch.device('cpu'), 'fail', 'bench@other'):\n"
+    code = ("import time, torch\nfrom benchlab.core import locks\n"
+            f"with locks.device_lock(torch.device('cpu'), 'fail', 'bench@other'):\n"
             f"    print('held', flush=True)\n    time.sleep({seconds})\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.environ["BENCHLAB_LOCK_DIR"],
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
@@ -46,20 +47,20 @@ def test_a_second_timing_on_a_held_device_fails_with_the_holder(lock_dir: Path) 
     other = _hold_lock_in_another_process(30)
     try:
         with pytest.raises(LabError, match=r"cpu is being timed by pid \d+ \(bench@other.*set bench.lock=wait"):
-            with devlock.device_lock(CPU, "fail", "bench@mine"):
+            with locks.device_lock(CPU, "fail", "bench@mine"):
                 pass
     finally:
         other.kill()
         other.wait()
-    with devlock.device_lock(CPU, "fail", "bench@mine"):  # its death released the lock
-        assert "bench@mine" in devlock.lock_path(CPU).read_text()
+    with locks.device_lock(CPU, "fail", "bench@mine"):  # its death released the lock
+        assert "bench@mine" in locks.lock_path(CPU).read_text()
 
 
 @pytest.mark.integration
 def test_a_second_timing_waits_for_the_first_by_default(lock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = _hold_lock_in_another_process(1.5)
     start = time.monotonic()
-    with devlock.device_lock(CPU, "wait", "bench@mine"):
+    with locks.device_lock(CPU, "wait", "bench@mine"):
         waited = time.monotonic() - start
     other.wait()
     assert waited > 0.5 and "waiting for pid" in capsys.readouterr().out
@@ -86,15 +87,15 @@ def test_a_busy_neighbour_is_seen_and_flagged() -> None:
 
 def test_orphan_detection_sees_a_new_parent() -> None:
     me = os.getpid()
-    assert lifeline.orphaned([(me, os.getppid())]) is False
-    assert lifeline.orphaned([(me, os.getppid() + 100000)]) is True  # as if our parent had died and init adopted us
+    assert parent_watch.orphaned([(me, os.getppid())]) is False
+    assert parent_watch.orphaned([(me, os.getppid() + 100000)]) is True  # as if our parent had died and init adopted us
 
 
 def test_a_stage_stopped_mid_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.io import write_json
+    from benchlab.core.files import write_json
 
-    monkeypatch.setitem(lifeline._state, "orphaned", True)
-    with pytest.raises(lifeline.Stopped):
+    monkeypatch.setitem(parent_watch._state, "orphaned", True)
+    with pytest.raises(parent_watch.Stopped):
         write_json(tmp_path / "late.json", {"written": "after dvc died"})
     assert list(tmp_path.iterdir()) == []
 
@@ -166,19 +167,19 @@ def test_ctrl_c_or_sigterm_ends_a_stage_with_one_line_and_nothing_recorded(workd
 
 
 def test_a_stop_is_never_recorded_as_a_variant_error(params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.runner import train_once
+    from benchlab.run.runner import train_once
 
     def stopped(*args: object, **kwargs: object) -> None:
-        raise lifeline.Stopped("the process that started this stage exited")
+        raise parent_watch.Stopped("the process that started this stage exited")
 
-    monkeypatch.setattr("benchlab.runner.train_step", stopped)
-    with pytest.raises(lifeline.Stopped):
+    monkeypatch.setattr("benchlab.run.runner.train_step", stopped)
+    with pytest.raises(parent_watch.Stopped):
         train_once(params, params.variants["fp32_baseline"], tokens, CPU, steps=4, warmup=2, keep_going=True)
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a library kernel failed")
 
-    monkeypatch.setattr("benchlab.runner.train_step", broken)
+    monkeypatch.setattr("benchlab.run.runner.train_step", broken)
     rec = train_once(params, params.variants["fp32_baseline"], tokens, CPU, steps=4, warmup=2, keep_going=True)
     assert rec.status == "error" and rec.message == "RuntimeError: a library kernel failed"
 
@@ -188,19 +189,19 @@ def test_a_stop_is_never_recorded_as_a_variant_error(params, tokens, monkeypatch
 
 def test_a_failed_stage_removes_only_what_it_wrote(tmp_path: Path) -> None:
     """Another run of the same stage may finish the same outputs while this one waits for the device."""
-    from benchlab import io
+    from benchlab.core import files
 
     ours, theirs, later = tmp_path / "ours.json", tmp_path / "theirs.json", tmp_path / "later.csv"
-    io.forget_outputs()
-    io.remove_outputs(ours, theirs, later, tmp_path / "plots")
-    io.write_json(ours, {"run": "this one"})
-    io.write_json(theirs, {"run": "this one"})
+    files.forget_outputs()
+    files.remove_outputs(ours, theirs, later, tmp_path / "plots")
+    files.write_json(ours, {"run": "this one"})
+    files.write_json(theirs, {"run": "this one"})
     (tmp_path / "other.tmp").write_text('{"run": "the other"}')
     os.replace(tmp_path / "other.tmp", theirs)  # the other run finished after us: its file replaced ours
     later.write_text("the other run's")  # written by the other run alone
     (tmp_path / "plots").mkdir()
     (tmp_path / "plots" / "theirs.png").write_bytes(b"png")
-    io.discard_outputs()
+    files.discard_outputs()
     assert not ours.exists()
     assert json.loads(theirs.read_text()) == {"run": "the other"} and later.read_text() == "the other run's"
     assert (tmp_path / "plots" / "theirs.png").exists()
@@ -210,14 +211,14 @@ def test_a_stop_in_the_middle_of_a_write_leaves_no_temporary_file(tmp_path: Path
     """The lifeline's watcher ends a stage stuck in native code with os._exit: no finally block runs, so the
     temporary file atomic_path was writing must go with the rest (prepare killed while it encoded kept
     data/prepared/.train.bin.tmp-PID, and so data/prepared)."""
-    from benchlab import io
+    from benchlab.core import files
 
     out = tmp_path / "prepared"
-    io.forget_outputs()
-    io.remove_outputs(out)
-    with pytest.raises(RuntimeError), io.atomic_path(out / "train.bin") as tmp:
+    files.forget_outputs()
+    files.remove_outputs(out)
+    with pytest.raises(RuntimeError), files.atomic_path(out / "train.bin") as tmp:
         tmp.write_bytes(b"half")
-        io.discard_outputs()  # what the watcher's stop runs before os._exit
+        files.discard_outputs()  # what the watcher's stop runs before os._exit
         assert not tmp.exists() and not out.exists()
         raise RuntimeError("os._exit: the block never completes")
     assert not out.exists()
@@ -229,20 +230,20 @@ def test_out_of_file_descriptors_is_not_a_dead_parent(monkeypatch: pytest.Monkey
         raise OSError(errno.EMFILE, "Too many open files")
 
     me, parent = os.getpid(), os.getppid()
-    grandparent = lifeline._ppid_of(parent)
-    monkeypatch.setattr(lifeline, "open", no_descriptor, raising=False)
-    assert lifeline.orphaned([(me, parent)]) is False
-    assert lifeline.orphaned([(me, parent), (parent, grandparent)]) is False
+    grandparent = parent_watch._ppid_of(parent)
+    monkeypatch.setattr(parent_watch, "open", no_descriptor, raising=False)
+    assert parent_watch.orphaned([(me, parent)]) is False
+    assert parent_watch.orphaned([(me, parent), (parent, grandparent)]) is False
 
 
 def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watcher's SIGTERM after Linux's, or a second Ctrl-C, landed in an exit hook and printed a traceback."""
-    monkeypatch.setitem(lifeline._state, "signalled", False)
-    monkeypatch.setitem(lifeline._state, "pairs", [(os.getpid(), os.getppid())])
-    with pytest.raises(lifeline.Stopped, match="terminated"):
-        lifeline._on_term(signal.SIGTERM, None)
-    lifeline._on_term(signal.SIGTERM, None)  # ignored
-    lifeline._on_int(signal.SIGINT, None)  # ignored
+    monkeypatch.setitem(parent_watch._state, "signalled", False)
+    monkeypatch.setitem(parent_watch._state, "pairs", [(os.getpid(), os.getppid())])
+    with pytest.raises(parent_watch.Stopped, match="terminated"):
+        parent_watch._on_term(signal.SIGTERM, None)
+    parent_watch._on_term(signal.SIGTERM, None)  # ignored
+    parent_watch._on_int(signal.SIGINT, None)  # ignored
 
 
 @pytest.mark.parametrize("error, line", [
@@ -255,7 +256,7 @@ def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.Monk
 ], ids=["file descriptors", "disk", "memory", "threads"])
 def test_an_exhausted_machine_is_one_line_and_nothing_recorded(tmp_path: Path, error: BaseException, line: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from benchlab.io import remove_outputs, write_json
+    from benchlab.core.files import remove_outputs, write_json
 
     def stage(argv: list[str] | None) -> None:
         remove_outputs(tmp_path / "out.json")
@@ -295,8 +296,8 @@ ENDS_WITHIN_S = 2.0
 # the last kill (so every kill lands in its work, not after its end).
 LONG = {"train__steps": 100_000, "bench__steps": 100_000, "parity__steps": 100_000}
 STAGES = {
-    "train": ("stages.train prep models/model.pt metrics/train.json metrics/records/train.json plots/train.csv",
-              "train", ["models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"], {}),
+    "train": ("stages.train prep checkpoints/model.pt metrics/train.json metrics/records/train.json plots/train.csv",
+              "train", ["checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"], {}),
     "bench in-process": ("stages.bench prep results steps", "bench@fp32_baseline",
                          ["results/fp32_baseline.json", "steps/fp32_baseline.csv"], {"bench__repeats": 1}),
     "bench fresh processes": ("stages.bench prep results steps", "bench@fp32_baseline",

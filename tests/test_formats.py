@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from benchlab.config import DataParams
-from benchlab.corpus import prepare
-from benchlab.errors import LabError
-from benchlab.formats import special_files
+from benchlab.core.sections import DataParams
+from benchlab.prep.corpus import prepare
+from benchlab.core.errors import LabError
+from benchlab.prep.formats import special_files
 from tests.test_corpus import all_tokens, documents
 
 

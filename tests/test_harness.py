@@ -5,12 +5,13 @@ import math
 import pytest
 import torch
 
-from benchlab import harness, stats
-from benchlab.config import RunSettings
-from benchlab.harness import StepClock
-from benchlab.mfu import flops_per_token, mfu_pct, peak_tflops
-from benchlab.results import TAIL_STEPS, measured_record, tail_loss
-from benchlab.runner import RunRecord
+from benchlab.run import harness
+from benchlab.core import stats
+from benchlab.core.params import RunSettings
+from benchlab.run.harness import StepClock
+from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
+from benchlab.run.results import TAIL_STEPS, measured_record, tail_loss
+from benchlab.run.runner import RunRecord
 from model.gpt import GPT, GPTConfig
 
 
@@ -160,8 +161,8 @@ def test_process_age_counts_from_the_process_start() -> None:
     import subprocess
     import sys
 
-    from benchlab.harness import process_age_s
-    code = "import time; time.sleep(1.0); from benchlab.harness import process_age_s; print(process_age_s())"
+    from benchlab.run.harness import process_age_s
+    code = "import time; time.sleep(1.0); from benchlab.run.harness import process_age_s; print(process_age_s())"
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 1.0 <= age < 30.0  # the sleep, plus the interpreter's start
     mine = process_age_s()
@@ -175,7 +176,7 @@ def test_cpu_memory_figures_come_from_the_process(monkeypatch: pytest.MonkeyPatc
 
     import torch
 
-    from benchlab import harness
+    from benchlab.run import harness
     cpu = torch.device("cpu")
     peak = harness.peaks(cpu)
     assert peak["peak_mem_allocated_mb"] is None and peak["peak_mem_reserved_mb"] is None
@@ -192,7 +193,7 @@ def test_cpu_memory_figures_come_from_the_process(monkeypatch: pytest.MonkeyPatc
 def test_cpu_jiffies_count_idle_and_iowait_as_not_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from benchlab import harness
+    from benchlab.run import harness
     monkeypatch.setattr(harness, "open", lambda path: io.StringIO("cpu  10 20 30 40 50 60 70\ncpu0 1 2 3 4\n"),
                         raising=False)
     assert harness._cpu_jiffies() == (190, 280)
@@ -204,7 +205,7 @@ def test_gpu_processes_parses_nvidia_smi_and_says_none_without_it(monkeypatch: p
     import subprocess
     import types
 
-    from benchlab import harness
+    from benchlab.run import harness
     seen = []
 
     def fake_run(cmd, **kw):
@@ -238,7 +239,7 @@ def test_neighbours_on_a_gpu_leave_out_our_own_pids(monkeypatch: pytest.MonkeyPa
 
     import torch
 
-    from benchlab import harness
+    from benchlab.run import harness
     monkeypatch.setattr(harness, "device_uuid", lambda device: "GPU-ours")
     asked: list = []
     monkeypatch.setattr(harness, "gpu_processes", lambda uuid: (asked.append(uuid), [7, os.getpid(), os.getppid()])[1])
@@ -265,7 +266,7 @@ def test_neighbours_on_a_cpu_count_our_own_busy_share(monkeypatch: pytest.Monkey
 
     import torch
 
-    from benchlab import harness
+    from benchlab.run import harness
     monkeypatch.setattr(harness, "gpu_processes", lambda: pytest.fail("no nvidia-smi on a CPU run"))
     monkeypatch.setattr(harness.os, "cpu_count", lambda: 2)
 
@@ -308,7 +309,7 @@ class _FakeTime:
 def test_cpu_clock_and_busy_shares_with_a_fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from benchlab import harness
+    from benchlab.run import harness
     monkeypatch.setattr(harness, "time", _FakeTime([1.0, 1.25], []))
     clock = harness.StepClock(torch.device("cpu"))
     clock.start()
@@ -341,7 +342,7 @@ def test_proc_stat_and_rusage_are_read_in_their_units(monkeypatch: pytest.Monkey
 
     import torch
 
-    from benchlab import harness
+    from benchlab.run import harness
 
     def fake_open(path):
         assert path == "/proc/stat"

@@ -1,4 +1,4 @@
-"""Where a variant's runs happen (benchlab/launch.py): repeats in fresh processes, the deadline, torchrun's ranks,
+"""Where a variant's runs happen (benchlab/run/launch.py): repeats in fresh processes, the deadline, torchrun's ranks,
 their merged record, a failed child's last words, and the profile stage on the same path as bench."""
 
 import gzip
@@ -14,14 +14,15 @@ import pytest
 import torch
 import yaml
 
-from benchlab import dist, launch
-from benchlab.config import load_params, parse_params
-from benchlab.data import load_tokens
-from benchlab.entry import run_main
-from benchlab.errors import LabError
-from benchlab.launch import combine_ranks, last_words, repeat_cost, repeat_in_fresh_process
-from benchlab.results import neighbours
-from benchlab.runner import RunRecord, rank_slice
+from benchlab.run import dist
+from benchlab.run import launch
+from benchlab.core.params import load_params, parse_params
+from benchlab.run.data import load_tokens
+from benchlab.core.stage_main import run_main
+from benchlab.core.errors import LabError
+from benchlab.run.launch import combine_ranks, last_words, repeat_cost, repeat_in_fresh_process
+from benchlab.run.results import neighbours
+from benchlab.run.runner import RunRecord, rank_slice
 from stages import bench, profile
 from tests.conftest import ROOT, micro_params
 from tests.test_distributed import dist_workdir, write_params  # noqa: F401  (dist_workdir: a fixture)
@@ -301,8 +302,8 @@ def test_a_crashed_repeat_is_the_variant_s_error_and_the_matrix_goes_on(stand_in
 
 def test_a_stage_s_children_die_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mark = tmp_path / "armed"
-    # Runs in the child between fork and exec, as lifeline.die_with_parent does there.
-    monkeypatch.setattr(launch.lifeline, "die_with_parent", lambda: mark.touch())
+    # Runs in the child between fork and exec, as parent_watch.die_with_parent does there.
+    monkeypatch.setattr(launch.parent_watch, "die_with_parent", lambda: mark.touch())
     assert launch._child([sys.executable, "-c", "pass"]).returncode == 0
     assert mark.exists()
 

@@ -1,4 +1,4 @@
-"""benchlab/lifeline.py piece by piece: each safety net on its own, so that one covering for another in the
+"""benchlab/core/parent_watch.py piece by piece: each safety net on its own, so that one covering for another in the
 end-to-end tests (tests/test_faults.py: Linux's parent-death signal stops a stage before the watcher looks)
 cannot hide a broken one."""
 
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from benchlab import lifeline
+from benchlab.core import parent_watch
 
 REAL_THREAD = threading.Thread  # the arming fixture replaces threading.Thread
 
@@ -35,8 +35,8 @@ def state(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The lifeline's state, put back after the test."""
     for key, value in {"orphaned": False, "signalled": False, "where": "", "pairs": [], "parent": "dvc 41",
                        "before_work": False, "cleanup": None}.items():
-        monkeypatch.setitem(lifeline._state, key, value)
-    return lifeline._state
+        monkeypatch.setitem(parent_watch._state, key, value)
+    return parent_watch._state
 
 
 class Sleeps(list):
@@ -61,107 +61,107 @@ def test_the_watcher_stops_the_stage_once_its_starter_is_gone(state: dict, monke
         assert seen is pairs
         return next(looks)
 
-    monkeypatch.setattr(lifeline, "orphaned", orphaned)
-    monkeypatch.setattr(lifeline.time, "sleep", sleeps)
-    monkeypatch.setattr(lifeline.os, "kill", lambda pid, sig: kills.append((pid, sig)))
-    monkeypatch.setattr(lifeline, "_force_stop", lambda: forced.append(list(sleeps)))
-    lifeline._watch(pairs)  # returns after the third look
-    assert sleeps == [lifeline.POLL_S] * 3 + [lifeline.GRACE_S]
+    monkeypatch.setattr(parent_watch, "orphaned", orphaned)
+    monkeypatch.setattr(parent_watch.time, "sleep", sleeps)
+    monkeypatch.setattr(parent_watch.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(parent_watch, "_force_stop", lambda: forced.append(list(sleeps)))
+    parent_watch._watch(pairs)  # returns after the third look
+    assert sleeps == [parent_watch.POLL_S] * 3 + [parent_watch.GRACE_S]
     assert kills == [(os.getpid(), signal.SIGTERM)] and state["orphaned"] is True
     assert forced == [sleeps]  # the stage is ended after the grace, if the signal has not ended it by then
 
 
 def test_a_watcher_that_never_sees_its_starter_go_is_stopped_by_the_test(state: dict,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifeline, "orphaned", lambda pairs: False)
-    monkeypatch.setattr(lifeline.time, "sleep", Sleeps(limit=5))
+    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: False)
+    monkeypatch.setattr(parent_watch.time, "sleep", Sleeps(limit=5))
     with pytest.raises(AssertionError, match="slept 6 times"):
-        lifeline._watch([(os.getpid(), 41)])
+        parent_watch._watch([(os.getpid(), 41)])
 
 
 def test_the_watcher_does_not_signal_a_stage_the_parent_death_signal_already_stopped(
         state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     state["signalled"] = True
     forced = []
-    monkeypatch.setattr(lifeline, "orphaned", lambda pairs: True)
-    monkeypatch.setattr(lifeline.time, "sleep", Sleeps())
-    monkeypatch.setattr(lifeline.os, "kill", lambda pid, sig: pytest.fail("signalled twice"))
-    monkeypatch.setattr(lifeline, "_force_stop", lambda: forced.append(True))
-    lifeline._watch([(os.getpid(), 41)])
+    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: True)
+    monkeypatch.setattr(parent_watch.time, "sleep", Sleeps())
+    monkeypatch.setattr(parent_watch.os, "kill", lambda pid, sig: pytest.fail("signalled twice"))
+    monkeypatch.setattr(parent_watch, "_force_stop", lambda: forced.append(True))
+    parent_watch._watch([(os.getpid(), 41)])
     assert state["orphaned"] is True and forced == [True]
 
 
 def test_a_sigterm_says_whether_the_starter_died(state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifeline, "_parent_gone", lambda: True)
-    with pytest.raises(lifeline.Stopped) as stop:
-        lifeline._on_term(signal.SIGTERM, None)
+    monkeypatch.setattr(parent_watch, "_parent_gone", lambda: True)
+    with pytest.raises(parent_watch.Stopped) as stop:
+        parent_watch._on_term(signal.SIGTERM, None)
     assert str(stop.value) == "the process that started it (dvc 41) died" and state["orphaned"] is True
-    assert lifeline.signalled() is True
-    lifeline._on_term(signal.SIGTERM, None)  # a second signal while stopping: ignored
+    assert parent_watch.signalled() is True
+    parent_watch._on_term(signal.SIGTERM, None)  # a second signal while stopping: ignored
 
 
 def test_a_plain_sigterm_is_a_stop(state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifeline, "_parent_gone", lambda: False)
-    with pytest.raises(lifeline.Stopped) as stop:
-        lifeline._on_term(signal.SIGTERM, None)
+    monkeypatch.setattr(parent_watch, "_parent_gone", lambda: False)
+    with pytest.raises(parent_watch.Stopped) as stop:
+        parent_watch._on_term(signal.SIGTERM, None)
     assert str(stop.value) == "terminated" and state["orphaned"] is False
 
 
 def test_a_stop_waits_a_little_for_the_starter_to_be_seen_gone(state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     state["pairs"] = [(os.getpid(), os.getppid())]  # our parent is alive: never orphaned
     began = time.monotonic()
-    assert lifeline._parent_gone(0.15) is False
+    assert parent_watch._parent_gone(0.15) is False
     assert 0.15 <= time.monotonic() - began < 0.6
     began = time.monotonic()
-    assert lifeline._parent_gone() is False
+    assert parent_watch._parent_gone() is False
     assert 0.2 <= time.monotonic() - began < 0.7  # the default wait
     state["orphaned"] = True  # the watcher saw it first
     began = time.monotonic()
-    assert lifeline._parent_gone(5.0) is True and time.monotonic() - began < 0.5
+    assert parent_watch._parent_gone(5.0) is True and time.monotonic() - began < 0.5
     state["orphaned"] = False
     looks = iter([False, False, True])
-    monkeypatch.setattr(lifeline, "orphaned", lambda pairs: next(looks))
-    assert lifeline._parent_gone(5.0) is True
+    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: next(looks))
+    assert parent_watch._parent_gone(5.0) is True
 
 
 def test_a_shell_between_dvc_and_the_stage_is_watched_too(monkeypatch: pytest.MonkeyPatch) -> None:
     me, parent = os.getpid(), os.getppid()
-    monkeypatch.setattr(lifeline, "_comm", lambda pid: {parent: "bash"}.get(pid, "python3"))
-    monkeypatch.setattr(lifeline, "_ppid_of", lambda pid: {parent: 7}[pid])
-    assert lifeline.watched() == [(me, parent), (parent, 7)]
-    monkeypatch.setattr(lifeline, "_comm", lambda pid: "dvc")
-    assert lifeline.watched() == [(me, parent)]
+    monkeypatch.setattr(parent_watch, "_comm", lambda pid: {parent: "bash"}.get(pid, "python3"))
+    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: {parent: 7}[pid])
+    assert parent_watch.watched() == [(me, parent), (parent, 7)]
+    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "dvc")
+    assert parent_watch.watched() == [(me, parent)]
 
     def unreadable(pid: int) -> int:
         raise OSError("no free file descriptor")
 
-    monkeypatch.setattr(lifeline, "_comm", lambda pid: "sh")
-    monkeypatch.setattr(lifeline, "_ppid_of", unreadable)
-    assert lifeline.watched() == [(me, parent)]
+    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "sh")
+    monkeypatch.setattr(parent_watch, "_ppid_of", unreadable)
+    assert parent_watch.watched() == [(me, parent)]
 
 
 def test_a_process_that_is_gone_has_no_name() -> None:
-    assert lifeline._comm(2**22 + 12345) == ""  # above Linux's largest pid
-    assert lifeline._comm(os.getpid()) != ""
+    assert parent_watch._comm(2**22 + 12345) == ""  # above Linux's largest pid
+    assert parent_watch._comm(os.getpid()) != ""
 
 
 def test_children_ask_for_the_parent_death_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    monkeypatch.setattr(lifeline.ctypes, "CDLL", recording_libc(calls))
-    lifeline.die_with_parent()
+    monkeypatch.setattr(parent_watch.ctypes, "CDLL", recording_libc(calls))
+    parent_watch.die_with_parent()
     assert calls == [("CDLL", None, True), ("prctl", 1, signal.SIGTERM)]
 
     def no_libc(*args: object, **kwargs: object) -> None:
         raise OSError("not Linux")
 
-    monkeypatch.setattr(lifeline.ctypes, "CDLL", no_libc)
-    lifeline.die_with_parent()  # no error: the watcher thread covers it
+    monkeypatch.setattr(parent_watch.ctypes, "CDLL", no_libc)
+    parent_watch.die_with_parent()  # no error: the watcher thread covers it
 
 
 def test_where_a_stage_was_is_kept_for_its_stop_message(state: dict) -> None:
-    lifeline.at("step 12 of 300")
-    assert lifeline.where() == "step 12 of 300"
+    parent_watch.at("step 12 of 300")
+    assert parent_watch.where() == "step 12 of 300"
 
 
 @pytest.fixture()
@@ -169,9 +169,9 @@ def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
     """start() with every system call it makes recorded instead of made."""
     calls: list = []
     monkeypatch.setitem(state, "started", False)
-    monkeypatch.setattr(lifeline.signal, "signal", lambda sig, handler: calls.append(("signal", sig, handler)))
-    monkeypatch.setattr(lifeline, "watched", lambda: [(10, 20), (20, 41)])
-    monkeypatch.setattr(lifeline, "_comm", lambda pid: {41: "dvc"}.get(pid, ""))
+    monkeypatch.setattr(parent_watch.signal, "signal", lambda sig, handler: calls.append(("signal", sig, handler)))
+    monkeypatch.setattr(parent_watch, "watched", lambda: [(10, 20), (20, 41)])
+    monkeypatch.setattr(parent_watch, "_comm", lambda pid: {41: "dvc"}.get(pid, ""))
 
     class Thread:
         def __init__(self, **kwargs: object) -> None:
@@ -180,47 +180,47 @@ def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
         def start(self) -> None:
             calls.append("thread started")
 
-    monkeypatch.setattr(lifeline.ctypes, "CDLL", recording_libc(calls))
-    monkeypatch.setattr(lifeline.threading, "Thread", Thread)
+    monkeypatch.setattr(parent_watch.ctypes, "CDLL", recording_libc(calls))
+    monkeypatch.setattr(parent_watch.threading, "Thread", Thread)
     return calls
 
 
 def test_arming_sets_the_handlers_each_time_and_the_watchers_once(state: dict, arming: list) -> None:
     state["signalled"] = True  # a stop in an earlier stage run of this process
-    lifeline.start()
-    assert arming == [("signal", signal.SIGTERM, lifeline._on_term), ("signal", signal.SIGINT, lifeline._on_int),
+    parent_watch.start()
+    assert arming == [("signal", signal.SIGTERM, parent_watch._on_term), ("signal", signal.SIGINT, parent_watch._on_int),
                       ("CDLL", None, True), ("prctl", 1, signal.SIGTERM),
-                      ("Thread", {"target": lifeline._watch, "args": ([(10, 20), (20, 41)],), "daemon": True,
+                      ("Thread", {"target": parent_watch._watch, "args": ([(10, 20), (20, 41)],), "daemon": True,
                                   "name": "lifeline"}), "thread started"]
     assert state["signalled"] is False and state["started"] is True
     assert state["pairs"] == [(10, 20), (20, 41)] and state["parent"] == "dvc 41"
     arming.clear()
-    lifeline.start()
-    assert arming == [("signal", signal.SIGTERM, lifeline._on_term), ("signal", signal.SIGINT, lifeline._on_int)]
+    parent_watch.start()
+    assert arming == [("signal", signal.SIGTERM, parent_watch._on_term), ("signal", signal.SIGINT, parent_watch._on_int)]
 
 
 @pytest.mark.parametrize(("pairs", "parent"), [([(10, None)], "its parent"), ([(10, 77)], "pid 77")])
 def test_the_starter_is_named_as_far_as_it_is_known(state: dict, arming: list, monkeypatch: pytest.MonkeyPatch,
                                                     pairs: list, parent: str) -> None:
-    monkeypatch.setattr(lifeline, "watched", lambda: pairs)
-    lifeline.start()
+    monkeypatch.setattr(parent_watch, "watched", lambda: pairs)
+    parent_watch.start()
     assert state["parent"] == parent
 
 
 def test_only_the_main_thread_arms_or_disarms(arming: list) -> None:
-    worker = REAL_THREAD(target=lambda: (lifeline.start(), lifeline.finish()))
+    worker = REAL_THREAD(target=lambda: (parent_watch.start(), parent_watch.finish()))
     worker.start()
     worker.join()
     assert arming == []
-    lifeline.finish()
+    parent_watch.finish()
     assert arming == [("signal", signal.SIGTERM, signal.SIG_DFL), ("signal", signal.SIGINT, signal.SIG_DFL)]
 
 
 def test_a_check_after_the_starter_died_stops_the_stage(state: dict) -> None:
-    lifeline.check()  # not orphaned: nothing
+    parent_watch.check()  # not orphaned: nothing
     state["orphaned"] = True
-    with pytest.raises(lifeline.Stopped) as stop:
-        lifeline.check()
+    with pytest.raises(parent_watch.Stopped) as stop:
+        parent_watch.check()
     assert str(stop.value) == "the process that started it (dvc 41) died"
 
 
@@ -231,13 +231,13 @@ def test_a_process_s_parent_is_read_past_a_name_with_brackets() -> None:
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "named"
-        assert lifeline._comm(child.pid) == "a) 9 9 (b"
-        assert lifeline._ppid_of(child.pid) == os.getpid()
+        assert parent_watch._comm(child.pid) == "a) 9 9 (b"
+        assert parent_watch._ppid_of(child.pid) == os.getpid()
     finally:
         child.kill()
         child.wait()
-    assert lifeline._ppid_of(child.pid) is None  # gone
-    assert lifeline._ppid_of(os.getpid()) == os.getppid()
+    assert parent_watch._ppid_of(child.pid) is None  # gone
+    assert parent_watch._ppid_of(os.getpid()) == os.getppid()
 
 
 # ---------------------------------------------------------------- issue 46: armed before the imports
@@ -254,36 +254,36 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list:
         codes.append(code)
         raise Exited(code)
 
-    monkeypatch.setattr(lifeline.os, "_exit", exit_)
+    monkeypatch.setattr(parent_watch.os, "_exit", exit_)
     return codes
 
 
 def test_a_stage_is_armed_only_when_it_runs_as_a_program(monkeypatch: pytest.MonkeyPatch) -> None:
     main = types.ModuleType("__main__")
     monkeypatch.setitem(sys.modules, "__main__", main)
-    assert lifeline.run_as_stage() is False  # python -c, or no spec at all
+    assert parent_watch.run_as_stage() is False  # python -c, or no spec at all
     main.__spec__ = importlib.machinery.ModuleSpec("stages.train", None)
-    assert lifeline.run_as_stage() is True
+    assert parent_watch.run_as_stage() is True
     main.__spec__ = importlib.machinery.ModuleSpec("pytest", None)
-    assert lifeline.run_as_stage() is False
+    assert parent_watch.run_as_stage() is False
 
 
 def test_a_stop_before_the_stage_s_work_ends_the_process_at_once(state: dict, exits: list,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     state["before_work"] = True
     with pytest.raises(Exited):
-        lifeline._stop("terminated", 143)
+        parent_watch._stop("terminated", 143)
     assert exits == [143] and capsys.readouterr().err == "stopped by the user before its first step; nothing recorded\n"
     with pytest.raises(Exited):
-        lifeline._on_int(signal.SIGINT, None)
+        parent_watch._on_int(signal.SIGINT, None)
     assert exits == [143, 130]
 
 
 def test_a_stop_during_the_work_raises_into_it(state: dict, exits: list) -> None:
     with pytest.raises(KeyboardInterrupt):
-        lifeline._stop("interrupted", 130)
-    with pytest.raises(lifeline.Stopped, match="^terminated$"):
-        lifeline._stop("terminated", 143)
+        parent_watch._stop("interrupted", 130)
+    with pytest.raises(parent_watch.Stopped, match="^terminated$"):
+        parent_watch._stop("terminated", 143)
     assert exits == []
 
 
@@ -295,7 +295,7 @@ def test_a_stop_during_the_work_raises_into_it(state: dict, exits: list) -> None
 ])
 def test_a_stop_is_one_line_naming_why_and_where(state: dict, why: str, where: str, line: str) -> None:
     state["where"] = where
-    assert lifeline.stop_line(why) == line
+    assert parent_watch.stop_line(why) == line
 
 
 @pytest.mark.parametrize("before_work", [False, True])
@@ -304,7 +304,7 @@ def test_the_watcher_ends_a_stage_that_did_not_take_its_signal(state: dict, exit
     cleaned = []
     state.update(before_work=before_work, cleanup=lambda: cleaned.append(True), where="step 5 of 9")
     with pytest.raises(Exited):
-        lifeline._force_stop()
+        parent_watch._force_stop()
     assert exits == [143] and cleaned == ([] if before_work else [True])  # before the work nothing was written
     assert capsys.readouterr().err == ("stopped because the process that started it (dvc 41) died at step 5 of 9; "
                                        "nothing recorded\n")
@@ -316,48 +316,48 @@ def test_the_watcher_ends_the_stage_even_when_its_cleanup_fails(state: dict, exi
 
     state["cleanup"] = broken
     with pytest.raises(Exited):  # the cleanup's error cannot keep the process alive
-        lifeline._force_stop()
+        parent_watch._force_stop()
     assert exits == [143]
 
 
 def test_a_finished_stage_has_nothing_to_clean_up(state: dict, arming: list) -> None:
-    lifeline.start(cleanup=lambda: None)
+    parent_watch.start(cleanup=lambda: None)
     assert state["cleanup"] is not None and state["before_work"] is False
-    lifeline.finish()
+    parent_watch.finish()
     assert state["cleanup"] is None
 
 
 def test_a_write_checks_the_chain_itself_before_any_signal_has_come(state: dict) -> None:
     state["pairs"] = [(os.getpid(), os.getppid())]
-    lifeline.check()
+    parent_watch.check()
     state["pairs"] = [(os.getpid(), os.getppid() + 100000)]  # re-parented, and nobody has told yet
-    with pytest.raises(lifeline.Stopped, match=r"^the process that started it \(dvc 41\) died$"):
-        lifeline.check()
+    with pytest.raises(parent_watch.Stopped, match=r"^the process that started it \(dvc 41\) died$"):
+        parent_watch.check()
     assert state["orphaned"] is True
 
 
 def test_a_stage_started_by_a_stage_watches_the_chain_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
     parents = {me: 500, 500: 400, 400: 300, 300: 1}  # a rank, torchrun's agent, the bench stage, ...
-    monkeypatch.setattr(lifeline, "_ppid_of", lambda pid: parents.get(pid))
-    monkeypatch.setenv(lifeline.STARTER, "400")
-    assert lifeline.watched() == [(me, 500), (500, 400)]
-    monkeypatch.setenv(lifeline.STARTER, "300")
-    assert lifeline.watched() == [(me, 500), (500, 400), (400, 300)]
-    monkeypatch.setenv(lifeline.STARTER, "77")  # not an ancestor: the starting stage is gone
-    assert lifeline.watched() == []
+    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: parents.get(pid))
+    monkeypatch.setenv(parent_watch.STARTER, "400")
+    assert parent_watch.watched() == [(me, 500), (500, 400)]
+    monkeypatch.setenv(parent_watch.STARTER, "300")
+    assert parent_watch.watched() == [(me, 500), (500, 400), (400, 300)]
+    monkeypatch.setenv(parent_watch.STARTER, "77")  # not an ancestor: the starting stage is gone
+    assert parent_watch.watched() == []
     parents[me] = 1  # adopted by init before the chain reached it
-    monkeypatch.setenv(lifeline.STARTER, "400")
-    assert lifeline.watched() == []
-    monkeypatch.setenv(lifeline.STARTER, str(me))  # this stage's own pid, inherited through exec: not a starter
-    monkeypatch.setattr(lifeline, "_comm", lambda pid: "dvc")
-    assert lifeline.watched() == [(me, os.getppid())]
+    monkeypatch.setenv(parent_watch.STARTER, "400")
+    assert parent_watch.watched() == []
+    monkeypatch.setenv(parent_watch.STARTER, str(me))  # this stage's own pid, inherited through exec: not a starter
+    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "dvc")
+    assert parent_watch.watched() == [(me, os.getppid())]
 
 
 def test_a_chain_up_to_a_starter_is_not_followed_forever(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifeline, "_ppid_of", lambda pid: pid + 1)  # never reaches it
-    monkeypatch.setenv(lifeline.STARTER, "3")
-    assert lifeline.watched() == []
+    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: pid + 1)  # never reaches it
+    monkeypatch.setenv(parent_watch.STARTER, "3")
+    assert parent_watch.watched() == []
 
 
 @pytest.mark.parametrize(("pairs", "groups", "dvc", "adopted"), [
@@ -379,51 +379,51 @@ def test_a_stage_tells_at_arming_whether_its_starter_died_already(monkeypatch: p
             raise ProcessLookupError(pid)
         return groups[pid]
 
-    monkeypatch.setattr(lifeline.os, "getpgid", getpgid)
-    monkeypatch.setattr(lifeline.os, "getpid", lambda: 10)
+    monkeypatch.setattr(parent_watch.os, "getpgid", getpgid)
+    monkeypatch.setattr(parent_watch.os, "getpid", lambda: 10)
     if dvc:
         monkeypatch.setenv("DVC_STAGE", "train")
     else:
         monkeypatch.delenv("DVC_STAGE", raising=False)
-    assert lifeline.adopted(pairs) is adopted
+    assert parent_watch.adopted(pairs) is adopted
 
 
 def test_a_stage_leading_its_own_group_or_unable_to_look_is_not_taken_for_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DVC_STAGE", "train")
-    monkeypatch.setattr(lifeline.os, "getpid", lambda: 10)
-    monkeypatch.setattr(lifeline.os, "getpgid", lambda pid: 10 if pid == 0 else 99)
-    assert lifeline.adopted([(10, 1)]) is False  # a terminal's job, a torchrun rank: whoever started us chose it
+    monkeypatch.setattr(parent_watch.os, "getpid", lambda: 10)
+    monkeypatch.setattr(parent_watch.os, "getpgid", lambda pid: 10 if pid == 0 else 99)
+    assert parent_watch.adopted([(10, 1)]) is False  # a terminal's job, a torchrun rank: whoever started us chose it
 
     def denied(pid: int) -> int:
         if pid == 0:
             return 7
         raise PermissionError(pid)
 
-    monkeypatch.setattr(lifeline.os, "getpgid", denied)
-    assert lifeline.adopted([(10, 20)]) is False
+    monkeypatch.setattr(parent_watch.os, "getpgid", denied)
+    assert parent_watch.adopted([(10, 20)]) is False
 
 
 def test_arming_early_ends_a_stage_whose_starter_is_gone(state: dict, arming: list, exits: list,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(lifeline.STARTER, "")  # so that the pid arming sets is taken back after the test
-    monkeypatch.delenv(lifeline.STARTER)
-    monkeypatch.setattr(lifeline, "adopted", lambda pairs: True)
+    monkeypatch.setenv(parent_watch.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(parent_watch.STARTER)
+    monkeypatch.setattr(parent_watch, "adopted", lambda pairs: True)
     with pytest.raises(Exited):
-        lifeline.arm_early()
+        parent_watch.arm_early()
     assert exits == [143] and state["orphaned"] is True
     assert capsys.readouterr().err == ("stopped because the process that started it (dvc 41) died before its first "
                                        "step; nothing recorded\n")
-    assert lifeline.STARTER not in os.environ
+    assert parent_watch.STARTER not in os.environ
 
 
 def test_arming_early_hands_the_stage_s_pid_to_what_it_starts(state: dict, arming: list, exits: list,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(lifeline.STARTER, "")  # so that the pid arming sets is taken back after the test
-    monkeypatch.delenv(lifeline.STARTER)
-    monkeypatch.setattr(lifeline, "adopted", lambda pairs: False)
-    lifeline.arm_early()
-    assert exits == [] and state["before_work"] is True and os.environ[lifeline.STARTER] == str(os.getpid())
+    monkeypatch.setenv(parent_watch.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(parent_watch.STARTER)
+    monkeypatch.setattr(parent_watch, "adopted", lambda pairs: False)
+    parent_watch.arm_early()
+    assert exits == [] and state["before_work"] is True and os.environ[parent_watch.STARTER] == str(os.getpid())
     assert ("prctl", 1, signal.SIGTERM) in arming and "thread started" in arming
-    lifeline.start()
+    parent_watch.start()
     assert state["before_work"] is False  # run_main: the stage's work begins, a stop now raises into it

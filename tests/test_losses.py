@@ -6,13 +6,14 @@ import types
 import pytest
 import torch
 
-from benchlab.config import RunSettings, TrainParams
-from benchlab.heads import chunked
-from benchlab.heads.choose import loss_fn
-from benchlab.heads.chunked import CHUNK_TOKENS, add_weight_grad, chunk_loss_and_grads, chunked_cross_entropy
-from benchlab.heads.shared import Features
-from benchlab.heads.standard import BodyThenHead, LossOnly, OutputLoss
-from benchlab.optimize import apply
+from benchlab.core.params import RunSettings
+from benchlab.core.sections import TrainParams
+from benchlab.run.heads import chunked
+from benchlab.run.heads.choose import loss_fn
+from benchlab.run.heads.chunked import CHUNK_TOKENS, add_weight_grad, chunk_loss_and_grads, chunked_cross_entropy
+from benchlab.run.heads.shared import Features
+from benchlab.run.heads.standard import BodyThenHead, LossOnly, OutputLoss
+from benchlab.run.apply_knobs import apply
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
@@ -324,7 +325,7 @@ def test_library_losses_get_hidden_states_weight_and_targets(kind: str, module: 
     ("cce", "cut_cross_entropy", "loss=cce needs cut-cross-entropy: pip install -r requirements-gpu.txt")])
 def test_a_library_head_without_its_library_says_what_to_install(monkeypatch: pytest.MonkeyPatch, kind: str,
                                                                   module: str, message: str) -> None:
-    from benchlab.heads.library import library_loss
+    from benchlab.run.heads.library import library_loss
 
     monkeypatch.setitem(sys.modules, module, None)  # a None entry makes the import fail
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))

@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from benchlab import harness, runner
-from benchlab.config import RunSettings, parse_params
-from benchlab.errors import LabError
-from benchlab.results import base_record, measured_record
-from benchlab.runner import RunRecord, oom_message, train_once
+from benchlab.run import harness
+from benchlab.run import runner
+from benchlab.core.params import RunSettings, parse_params
+from benchlab.core.errors import LabError
+from benchlab.run.results import base_record, measured_record
+from benchlab.run.runner import RunRecord, oom_message, train_once
 from model.gpt import GPTConfig
 from tests.conftest import micro_params
 

@@ -1,8 +1,8 @@
-"""The datasheet peak table behind MFU (benchlab/mfu.py): each card as torch names it, and no near-miss."""
+"""The datasheet peak table behind MFU (benchlab/run/mfu.py): each card as torch names it, and no near-miss."""
 
 import pytest
 
-from benchlab.mfu import peak_tflops
+from benchlab.run.mfu import peak_tflops
 
 
 @pytest.mark.parametrize("name, tflops", [

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchlab.heads.onepass import OnePassLoss, onepass_head, rows_in_torch
+from benchlab.run.heads.onepass import OnePassLoss, onepass_head, rows_in_torch
 from model.gpt import GPT, GPTConfig
 
 CUDA = pytest.mark.gpu  # liger-kernel's Triton kernel needs a CUDA GPU
@@ -76,7 +76,7 @@ def test_compiled_onepass_loss_keeps_the_op_in_one_graph_and_gives_the_models_gr
 
 
 def test_loss_fn_wraps_the_whole_onepass_loss() -> None:
-    from benchlab.heads.choose import loss_fn
+    from benchlab.run.heads.choose import loss_fn
 
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     wrapped: list[torch.nn.Module] = []
@@ -91,7 +91,7 @@ def test_loss_fn_wraps_the_whole_onepass_loss() -> None:
 
 @CUDA
 def test_liger_kernel_gives_the_torch_rows_on_cuda_without_reading_back_to_the_host() -> None:
-    from benchlab.heads.onepass import rows_in_triton
+    from benchlab.run.heads.onepass import rows_in_triton
 
     torch.manual_seed(0)
     logits = (3 * torch.randn(64, 50304, device="cuda")).bfloat16()  # GPT-2's padded vocabulary: 2 blocks per row
@@ -108,7 +108,7 @@ def test_liger_kernel_gives_the_torch_rows_on_cuda_without_reading_back_to_the_h
 
 @CUDA
 def test_compiled_onepass_step_matches_the_inline_head_on_cuda() -> None:
-    from benchlab.heads.standard import LossOnly
+    from benchlab.run.heads.standard import LossOnly
 
     torch.manual_seed(0)
     cfg = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=50304, attention="sdpa")

@@ -1,4 +1,4 @@
-"""`benchlab.optimize`: apply takes its steps in the order the knob table numbers them, and what is applied is
+"""`benchlab.run.apply_knobs`: apply takes its steps in the order the knob table numbers them, and what is applied is
 applied (the optimizer each knob value makes, checkpointing, float8, autocast, clipping, bf16 weights)."""
 
 import sys
@@ -11,13 +11,13 @@ import pytest
 import torch
 import torch._functorch.config
 
-from benchlab import optimize
-from benchlab.config import TrainParams
-from benchlab.errors import LabError
-from benchlab.io import atomic_path, write_json
-from benchlab.knobs import STEPS, Optimizer, RunSettings
-from benchlab.optimize import apply, device_facts, make_optimizer, set_lr, to_float8
-from benchlab.runner import train_step
+from benchlab.run import apply_knobs
+from benchlab.core.sections import TrainParams
+from benchlab.core.errors import LabError
+from benchlab.core.files import atomic_path, write_json
+from benchlab.core.knobs import STEPS, Optimizer, RunSettings
+from benchlab.run.apply_knobs import apply, device_facts, make_optimizer, set_lr, to_float8
+from benchlab.run.runner import train_step
 from model.gpt import GPT, GPTConfig
 
 # The function of `optimize` that takes each step of STEPS after the constructor's, as `apply` calls it.
@@ -30,15 +30,15 @@ def test_apply_takes_its_steps_in_the_order_the_knob_table_numbers_them(monkeypa
     # The table's "applied at" numbers are places in STEPS; apply must call each step's function in that order.
     assert list(STEP_FUNCTIONS) == list(STEPS[1:])
     called: list[str] = []
-    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
     for step, name in STEP_FUNCTIONS.items():
-        real = getattr(optimize, name)
+        real = getattr(apply_knobs, name)
 
         def spy(*args: Any, _name: str = name, _real: Callable = real, **kwargs: Any) -> Any:
             called.append(_name)
             return None if _name in ("to_float8", "parallelize") else _real(*args, **kwargs)
 
-        monkeypatch.setattr(optimize, name, spy)
+        monkeypatch.setattr(apply_knobs, name, spy)
     every_step = RunSettings(fp8="blocks", activation_checkpointing="full")
     apply(_tiny(), every_step, torch.device("cpu"), TrainParams())
     assert called == [STEP_FUNCTIONS[step] for step in STEPS[1:]]
@@ -59,7 +59,7 @@ def test_checkpointing_replays_random_ops_in_a_form_the_compile_cache_keeps(knob
     # torch 2.11's FX graph cache refuses the CUDA-graph-safe form, so a fresh process compiled `lean` again; the
     # plain form is kept except under CUDA graphs, which need the graph-safe one. Each run sets it, either way.
     with torch._functorch.config.patch(graphsafe_rng_functionalization=not graphsafe):
-        optimize.rng_replay(RunSettings(**knobs))
+        apply_knobs.rng_replay(RunSettings(**knobs))
         assert torch._functorch.config.graphsafe_rng_functionalization is graphsafe
 
 
@@ -109,7 +109,7 @@ def test_8bit_adam_is_torchaos_with_the_same_groups_and_a_tensor_learning_rate(
 
 def test_each_optimizer_choice_makes_its_own_adamw(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torchao")
-    from benchlab.sr_adamw import OneCallAdamW
+    from benchlab.run.adamw_bf16_sr import OneCallAdamW
 
     monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
@@ -157,7 +157,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)  # let fp16 run on the CPU
+    monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)  # let fp16 run on the CPU
     run = apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), TrainParams())
     assert isinstance(run.scaler, torch.amp.GradScaler)
     calls: list[str] = []
@@ -175,7 +175,7 @@ def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.Mon
                                          ("default", 0)])
 def test_each_micro_batch_tells_cuda_graphs_a_new_step_began(mode: str, marks: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the mark, a graph replay may overwrite the outputs of the last one while they are still read.
-    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
     run = apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
     run.settings = RunSettings(compile=mode != "default", compile_mode=mode)  # the step reads the mode only
     calls: list[int] = []
@@ -196,7 +196,7 @@ def test_autocast_puts_the_matmuls_in_the_run_precision(precision: str, dtype: t
 @pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16), ("tf32", None),
                                               ("fp32", None)])
 def test_autocast_dtype_is_the_precision_half_type_or_none(precision: str, dtype: torch.dtype | None) -> None:
-    assert optimize.autocast_dtype(RunSettings(precision=precision)) == dtype  # type: ignore[arg-type]
+    assert apply_knobs.autocast_dtype(RunSettings(precision=precision)) == dtype  # type: ignore[arg-type]
 
 
 def test_an_interrupted_write_leaves_no_file(tmp_path: Path) -> None:
@@ -290,7 +290,7 @@ def test_bf16_weights_train_as_fp32_weights_do_up_to_bf16_rounding() -> None:
 
 def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
     pytest.importorskip("torchao")
-    from benchlab.sr_adamw import OneCallAdamW
+    from benchlab.run.adamw_bf16_sr import OneCallAdamW
 
     model = _tiny().to(torch.bfloat16)
     opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_bf16_sr"),
@@ -335,7 +335,7 @@ def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
     pytest.importorskip("torchao")
     from torchao.optim import _AdamW
 
-    from benchlab.sr_adamw import OneCallAdamW
+    from benchlab.run.adamw_bf16_sr import OneCallAdamW
 
     g = torch.Generator().manual_seed(2)
     grads = [[torch.randn(p.shape, generator=g) for p in _one_layer().parameters()] for _ in range(3)]
@@ -378,7 +378,7 @@ def _weights_under_a_schedule(settings: RunSettings, lrs: tuple[float, ...]) -> 
 @pytest.mark.integration
 def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the update is compiled here (its check asks for compile; the model's compile would only slow the test).
-    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
     lrs = (0.01, 0.03, 0.002)
     eager, none = _weights_under_a_schedule(RunSettings(), lrs)
     compiled, graphs = _weights_under_a_schedule(RunSettings(optimizer="adamw_compiled"), lrs)
@@ -392,7 +392,7 @@ def test_compiled_update_steps_as_the_eager_one_and_follows_the_schedule(monkeyp
 
 def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str | None] = []
-    monkeypatch.setattr(optimize, "why_not", lambda settings, device: None)
+    monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
     monkeypatch.setattr(torch, "compile", lambda fn, mode=None: seen.append(mode) or fn)
     apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead", optimizer="adamw_compiled"),
           torch.device("cpu"), TrainParams())
@@ -404,7 +404,7 @@ def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_device_auto_picks_and_cuda_without_a_gpu_is_refused_naming_the_build(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.optimize import resolve_device
+    from benchlab.run.apply_knobs import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -424,7 +424,7 @@ def test_the_device_auto_picks_and_cuda_without_a_gpu_is_refused_naming_the_buil
 def test_selective_checkpointing_keeps_matmul_and_attention_outputs_and_recomputes_the_rest() -> None:
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from benchlab.optimize import _keep_matmuls
+    from benchlab.run.apply_knobs import _keep_matmuls
 
     for op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
                torch.ops.aten._scaled_dot_product_flash_attention.default):
@@ -434,34 +434,34 @@ def test_selective_checkpointing_keeps_matmul_and_attention_outputs_and_recomput
 
 
 def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.skips import DeviceFacts
+    from benchlab.core.skips import DeviceFacts
 
     gpu = torch.device("cuda", 1)
     asked: list = []
     present = {"triton": True, "torchao": True, "liger_kernel": False, "cut_cross_entropy": True}
-    monkeypatch.setattr(optimize.importlib.util, "find_spec", lambda name: object() if present[name] else None)
+    monkeypatch.setattr(apply_knobs.importlib.util, "find_spec", lambda name: object() if present[name] else None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: asked.append(d) or (9, 0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(optimize, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
-    monkeypatch.setattr(optimize.os, "cpu_count", lambda: 16)
-    assert optimize.device_facts(gpu) == DeviceFacts(
+    monkeypatch.setattr(apply_knobs, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
+    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: 16)
+    assert apply_knobs.device_facts(gpu) == DeviceFacts(
         kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=False,
         liger_version="0.8.5", cce=True, gpu_count=2, cpu_count=16)
     assert asked == [gpu, gpu]
-    monkeypatch.setattr(optimize.os, "cpu_count", lambda: None)  # unknown: one core
-    assert optimize.device_facts(gpu).cpu_count == 1
-    monkeypatch.setattr(optimize.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: None)  # unknown: one core
+    assert apply_knobs.device_facts(gpu).cpu_count == 1
+    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CXX", "clang++")
-    monkeypatch.setattr(optimize.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
-    assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+    monkeypatch.setattr(apply_knobs.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
+    assert apply_knobs.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
                                                                      cpu_count=16)
     monkeypatch.delenv("CXX")  # g++ by default
-    assert optimize.device_facts(torch.device("cpu")).cxx is False
-    monkeypatch.setattr(optimize.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
-    monkeypatch.setattr(optimize.os, "cpu_count", lambda: None)  # unknown: one core
-    assert optimize.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+    assert apply_knobs.device_facts(torch.device("cpu")).cxx is False
+    monkeypatch.setattr(apply_knobs.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: None)  # unknown: one core
+    assert apply_knobs.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
                                                                      cpu_count=1)
 
 
@@ -478,20 +478,20 @@ def test_blocks_are_wrapped_for_full_or_selective_recomputation(monkeypatch: pyt
     monkeypatch.setattr(checkpoint_module, "create_selective_checkpoint_contexts", contexts)
     model = _tiny()
     blocks = list(model.blocks)
-    optimize.checkpoint_blocks(model, "full")
+    apply_knobs.checkpoint_blocks(model, "full")
     assert wrapped == [(b, {"preserve_rng_state": False}) for b in blocks]
     wrapped.clear()
     model = _tiny()
     blocks = list(model.blocks)
-    optimize.checkpoint_blocks(model, "selective")
+    apply_knobs.checkpoint_blocks(model, "selective")
     assert [(block, kw["preserve_rng_state"]) for block, kw in wrapped] == [(b, False) for b in blocks]
     policy = wrapped[0][1]["context_fn"]
-    assert (policy.func, policy.args) == (contexts, (optimize._keep_matmuls,))
+    assert (policy.func, policy.args) == (contexts, (apply_knobs._keep_matmuls,))
     assert all(isinstance(b, torch.nn.Identity) for b in model.blocks)  # each block replaced by its wrapper
 
 
 def test_a_gpu_run_s_autocast_takes_the_run_s_dtype_not_the_device_default() -> None:
-    run = optimize.TrainingRun(_tiny(), None, None, None, torch.device("cuda"), RunSettings(precision="bf16"))  # type: ignore[arg-type]
+    run = apply_knobs.TrainingRun(_tiny(), None, None, None, torch.device("cuda"), RunSettings(precision="bf16"))  # type: ignore[arg-type]
     with pytest.warns(UserWarning):  # no CUDA here: autocast says it is disabled, but keeps the dtype asked
         assert run.autocast().fast_dtype == torch.bfloat16  # CUDA's own default would be fp16
 
@@ -499,15 +499,15 @@ def test_a_gpu_run_s_autocast_takes_the_run_s_dtype_not_the_device_default() -> 
 def test_ddp_wraps_the_head_s_module_first_and_compile_wraps_ddp(monkeypatch: pytest.MonkeyPatch) -> None:
     order: list = []
     gpu = torch.device("cuda", 1)
-    monkeypatch.setattr(optimize, "ddp", lambda settings, device: lambda m: order.append(("ddp", settings, device, m))
+    monkeypatch.setattr(apply_knobs, "ddp", lambda settings, device: lambda m: order.append(("ddp", settings, device, m))
                         or "ddp-wrapped")
-    monkeypatch.setattr(optimize, "compiler", lambda settings: lambda m: order.append(("compile", m)) or "compiled")
+    monkeypatch.setattr(apply_knobs, "compiler", lambda settings: lambda m: order.append(("compile", m)) or "compiled")
     settings = RunSettings(parallel="ddp", nproc=2, compile=True)
     module = torch.nn.Linear(2, 2)
-    assert optimize.wrapper(settings, gpu)(module) == "compiled"
+    assert apply_knobs.wrapper(settings, gpu)(module) == "compiled"
     assert order == [("ddp", settings, gpu, module), ("compile", "ddp-wrapped")]
-    monkeypatch.setattr(optimize, "compiler", lambda settings: None)
-    assert optimize.wrapper(RunSettings(), gpu)(module) is module  # neither asked: the module itself
+    monkeypatch.setattr(apply_knobs, "compiler", lambda settings: None)
+    assert apply_knobs.wrapper(RunSettings(), gpu)(module) is module  # neither asked: the module itself
 
 
 @pytest.mark.parametrize(("precision", "wanted"), [("fp32", "highest"), ("tf32", "high"), ("bf16", "high")])
@@ -515,18 +515,18 @@ def test_tf32_is_set_on_a_gpu_only_and_off_only_for_pure_fp32(monkeypatch: pytes
                                                                wanted: str) -> None:
     set_to: list = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", set_to.append)
-    optimize.set_tf32(RunSettings(precision=precision), torch.device("cpu"))
+    apply_knobs.set_tf32(RunSettings(precision=precision), torch.device("cpu"))
     assert set_to == []  # a CPU has no TF32 to turn on or off
-    optimize.set_tf32(RunSettings(precision=precision), torch.device("cuda"))
+    apply_knobs.set_tf32(RunSettings(precision=precision), torch.device("cuda"))
     assert set_to == [wanted]
 
 
 def test_the_model_is_placed_in_its_weight_dtype_and_fp16_alone_gets_a_scaler() -> None:
-    assert next(optimize.place(_tiny(), RunSettings(), torch.device("cpu")).parameters()).dtype == torch.float32
-    bf16 = optimize.place(_tiny(), RunSettings(weight_dtype="bf16", precision="bf16"), torch.device("cpu"))
+    assert next(apply_knobs.place(_tiny(), RunSettings(), torch.device("cpu")).parameters()).dtype == torch.float32
+    bf16 = apply_knobs.place(_tiny(), RunSettings(weight_dtype="bf16", precision="bf16"), torch.device("cpu"))
     assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
-    assert optimize.make_scaler(RunSettings(precision="bf16"), torch.device("cpu")) is None
-    scaler = optimize.make_scaler(RunSettings(precision="fp16"), torch.device("cpu"))
+    assert apply_knobs.make_scaler(RunSettings(precision="bf16"), torch.device("cpu")) is None
+    scaler = apply_knobs.make_scaler(RunSettings(precision="fp16"), torch.device("cpu"))
     assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cpu"
 
 
@@ -535,12 +535,12 @@ def test_apply_hands_each_step_the_model_it_built_the_settings_and_the_device(mo
     model, placed = _tiny(), _tiny()
     settings = RunSettings(fp8="blocks", activation_checkpointing="selective", compile=True)
     device = torch.device("cpu")
-    monkeypatch.setattr(optimize, "why_not", lambda s, d: seen.setdefault("why_not", (s, d)) and None)
-    monkeypatch.setattr(optimize, "place", lambda m, s, d: seen.setdefault("place", (m, s, d)) and placed)
+    monkeypatch.setattr(apply_knobs, "why_not", lambda s, d: seen.setdefault("why_not", (s, d)) and None)
+    monkeypatch.setattr(apply_knobs, "place", lambda m, s, d: seen.setdefault("place", (m, s, d)) and placed)
     for name in ("set_tf32", "to_float8", "checkpoint_blocks", "rng_replay", "parallelize"):
-        monkeypatch.setattr(optimize, name, lambda *args, _name=name: seen.setdefault(_name, args) and None)
-    real_head = optimize.loss_head
-    monkeypatch.setattr(optimize, "loss_head", lambda m, s, d: seen.setdefault("loss_head", (m, s, d)) and
+        monkeypatch.setattr(apply_knobs, name, lambda *args, _name=name: seen.setdefault(_name, args) and None)
+    real_head = apply_knobs.loss_head
+    monkeypatch.setattr(apply_knobs, "loss_head", lambda m, s, d: seen.setdefault("loss_head", (m, s, d)) and
                         real_head(m, RunSettings(), d))
     run = apply(model, settings, device, TrainParams())
     assert seen == {"why_not": (settings, device), "place": (model, settings, device), "set_tf32": (settings, device),
@@ -551,7 +551,7 @@ def test_apply_hands_each_step_the_model_it_built_the_settings_and_the_device(mo
 
 
 def test_apply_refuses_what_the_device_cannot_run_by_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(optimize, "why_not", lambda s, d: "precision=fp16 with loss scaling needs a CUDA GPU")
+    monkeypatch.setattr(apply_knobs, "why_not", lambda s, d: "precision=fp16 with loss scaling needs a CUDA GPU")
     with pytest.raises(LabError) as err:
         apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
     assert str(err.value) == "precision=fp16 with loss scaling needs a CUDA GPU"
@@ -562,8 +562,8 @@ def test_apply_refuses_what_the_device_cannot_run_by_its_reason(monkeypatch: pyt
 
 def test_the_loss_head_gets_the_run_s_device_and_its_compile_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list = []
-    monkeypatch.setattr(optimize, "wrapper", lambda s, d: seen.append(d) or (lambda m: m))
-    monkeypatch.setattr(optimize, "loss_fn", lambda *a, **kw: seen.append(kw["compile_chunks"]))
-    optimize.loss_head(_tiny(), RunSettings(loss="chunked", compile=True), torch.device("cuda", 1))
-    optimize.loss_head(_tiny(), RunSettings(loss="chunked"), torch.device("cpu"))
+    monkeypatch.setattr(apply_knobs, "wrapper", lambda s, d: seen.append(d) or (lambda m: m))
+    monkeypatch.setattr(apply_knobs, "loss_fn", lambda *a, **kw: seen.append(kw["compile_chunks"]))
+    apply_knobs.loss_head(_tiny(), RunSettings(loss="chunked", compile=True), torch.device("cuda", 1))
+    apply_knobs.loss_head(_tiny(), RunSettings(loss="chunked"), torch.device("cpu"))
     assert seen == [torch.device("cuda", 1), True, torch.device("cpu"), False]

@@ -11,10 +11,10 @@ import pytest
 import torch
 import yaml
 
-from benchlab import parity
-from benchlab.config import parse_params
-from benchlab.errors import LabError
-from benchlab.runner import train_once
+from benchlab.run import parity
+from benchlab.core.params import parse_params
+from benchlab.core.errors import LabError
+from benchlab.run.runner import train_once
 from tests.conftest import ROOT, micro_params
 
 CPU = torch.device("cpu")

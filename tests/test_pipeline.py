@@ -109,7 +109,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_repro_produces_every_declared_output(repo: Path) -> None:
     variants = list(pipeline_params()["variants"])
     expected = ["metrics/env.json", "data/prepared/train.bin", "data/prepared/val.bin", "data/prepared/meta.json",
-                "data/prepared/tokenizer.json", "models/model.pt", "metrics/train.json", "metrics/records/train.json",
+                "data/prepared/tokenizer.json", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json",
                 "plots/train_steps.csv",
                 "metrics/eval.json", "metrics/summary.json", "metrics/summary.md", "plots/summary.csv",
                 "plots/summary/throughput.png", "plots/summary/memory.png", "plots/summary/step_times.png",
@@ -246,12 +246,12 @@ def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
     proc = start_training(repo, env)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (repo / "models/model.pt").exists()
+    assert not (repo / "checkpoints/model.pt").exists()
     assert not (repo / "metrics/train.json").exists()
     assert "train" in sh(repo, "status").stdout
     redo = sh(repo, "repro", "train")
     assert "train" in ran(redo)
-    assert (repo / "models/model.pt").is_file()
+    assert (repo / "checkpoints/model.pt").is_file()
     assert json.loads((repo / "metrics/records/train.json").read_text())["status"] == "ok"
     assert sh(repo, "status", "train").returncode == 0
     sh(repo, "git", "checkout", "--", "params.yaml")
@@ -295,7 +295,7 @@ def test_killing_only_dvc_stops_the_stage_and_it_never_writes(repo: Path) -> Non
         while _processes_in(repo, "stages.train") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _processes_in(repo, "stages.train"), "the stage outlived dvc"
-        assert not (repo / "metrics/train.json").exists() and not (repo / "models/model.pt").exists()
+        assert not (repo / "metrics/train.json").exists() and not (repo / "checkpoints/model.pt").exists()
     finally:
         for pid in _processes_in(repo, "stages.train"):
             os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,7 @@ import pytest
 
 from matplotlib.testing.compare import compare_images
 
-from benchlab.plots import (ENERGY_LABEL, KIND_COLORS, MEMORY_LABELS, RESERVED_NOTE, REFERENCE_COLOR, THROUGHPUT_LABEL,
+from benchlab.analysis.plots import (ENERGY_LABEL, KIND_COLORS, MEMORY_LABELS, RESERVED_NOTE, REFERENCE_COLOR, THROUGHPUT_LABEL,
                             WHISKER_NOTE, baseline_name, batch_figure, energy_figure, grouped, loss_figure, make_plots,
                             measured, memory_figure, memory_key, read_steps, save_png, status_note, step_time_figure,
                             throughput_figure, whiskers)
@@ -255,14 +255,14 @@ SWEEP_ROWS = [
 
 
 def test_batch_sweeps_group_rows_that_differ_only_in_batch() -> None:
-    from benchlab.plots import batch_sweeps
+    from benchlab.analysis.plots import batch_sweeps
 
     sweeps = batch_sweeps([row("no_settings"), *SWEEP_ROWS])  # a row without knobs is passed over, not the end
     assert [[r["variant"] for r in s] for s in sweeps] == [["b4", "recipe", "b64", "b512"], ["fp32_b8", "fp32"]]
 
 
 def test_batch_figure_draws_measured_batches_and_marks_the_oom(tmp_path: Path) -> None:
-    from benchlab.plots import batch_figure, batch_sweeps
+    from benchlab.analysis.plots import batch_figure, batch_sweeps
 
     fig = batch_figure(batch_sweeps(SWEEP_ROWS), "peak_mem_allocated_mb")
     ax_tps, ax_mem = fig.axes
@@ -279,7 +279,7 @@ def test_batch_figure_draws_measured_batches_and_marks_the_oom(tmp_path: Path) -
 
 
 def test_batch_sweep_of_cuda_graph_rows_plots_their_reserved_peak() -> None:
-    from benchlab.plots import batch_figure
+    from benchlab.analysis.plots import batch_figure
 
     sweep = [row("g4", settings=knobs(4), peak_mem_allocated_mb=10.0, peak_mem_reserved_mb=512.0, mem_reserved=True),
              row("g16", settings=knobs(16), peak_mem_allocated_mb=20.0, peak_mem_reserved_mb=2048.0, mem_reserved=True)]

@@ -1,4 +1,4 @@
-"""Board energy over the timed window (benchlab/power.py), its wiring into a run, and the result keys it gives.
+"""Board energy over the timed window (benchlab/run/power.py), its wiring into a run, and the result keys it gives.
 
 NVML is replaced by a fake `pynvml` module, so the arithmetic and the fallbacks are checked without a GPU.
 """
@@ -11,12 +11,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchlab import harness, power
-from benchlab.config import RunSettings
-from benchlab.launch import combine_ranks
-from benchlab.power import EnergyMeter, PowerReading
-from benchlab.results import measured_record
-from benchlab.runner import RunRecord, train_once
+from benchlab.run import harness
+from benchlab.run import power
+from benchlab.core.params import RunSettings
+from benchlab.run.launch import combine_ranks
+from benchlab.run.power import EnergyMeter, PowerReading
+from benchlab.run.results import measured_record
+from benchlab.run.runner import RunRecord, train_once
 from model.gpt import GPTConfig
 
 GPU = torch.device("cuda", 0)

@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
-from benchlab import presets
-from benchlab.config import parse_params
-from benchlab.errors import LabError
+from benchlab.core import presets
+from benchlab.core.params import parse_params
+from benchlab.core.errors import LabError
 from tests.conftest import ROOT, micro_params
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.errors import LabError
-from benchlab.profiling import exposed_communication, family, kernel_markdown, kernel_summary
-from benchlab.report import (UNCOMMITTED_NOTE, assign_kinds, check_one_env, check_one_source, load_parity,
+from benchlab.core.errors import LabError
+from benchlab.run.profiling import exposed_communication, family, kernel_markdown, kernel_summary
+from benchlab.analysis.summary import (UNCOMMITTED_NOTE, assign_kinds, check_one_env, check_one_source, load_parity,
                              load_results, markdown, ratio_reference, summarize, to_csv, uncommitted)
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
@@ -169,7 +169,7 @@ def test_exposed_communication_is_the_part_no_other_kernel_runs_beside() -> None
 
 
 def test_union_merges_overlaps_and_uncovered_skips_what_the_cover_hides() -> None:
-    from benchlab.profiling import uncovered, union
+    from benchlab.run.profiling import uncovered, union
 
     # (6, 7) lies inside the merged (4, 8): the merge keeps the later end.
     assert union([(4.0, 6.0), (0.0, 1.0), (2.0, 3.0), (5.0, 8.0), (6.0, 7.0)]) == [(0.0, 1.0), (2.0, 3.0), (4.0, 8.0)]
@@ -532,7 +532,7 @@ class FakeProfile:
 
 
 def test_a_profile_writes_the_gzipped_trace_and_the_table_titled_with_what_was_traced(tmp_path: Path) -> None:
-    from benchlab.profiling import write_not_profiled, write_profile
+    from benchlab.run.profiling import write_not_profiled, write_profile
 
     events = [{"cat": "kernel", "name": "nvjet_a", "ts": 0, "dur": 2000}]
     write_profile(FakeProfile(events), tmp_path, "fp32", torch.device("cpu"), "tiny, batch 2 x 8.", steps=2)
@@ -554,7 +554,7 @@ def test_a_profile_writes_the_gzipped_trace_and_the_table_titled_with_what_was_t
 
 
 def test_a_row_without_a_measurement_says_why_in_words() -> None:
-    from benchlab.report import memory_cap_gib, not_run_reason, stopped_at
+    from benchlab.analysis.summary import memory_cap_gib, not_run_reason, stopped_at
 
     assert not_run_reason(None) == "has no result in this run"
     assert not_run_reason({"status": "skipped", "message": "fp16 needs a GPU"}) == "was skipped (fp16 needs a GPU)"
@@ -571,7 +571,7 @@ def test_a_row_without_a_measurement_says_why_in_words() -> None:
 
 
 def test_energy_is_shown_only_as_measured_and_otherwise_says_why() -> None:
-    from benchlab.report import energy
+    from benchlab.analysis.summary import energy
 
     measured = {"status": "ok", "power_w_mean": 400.0, "tokens_per_joule": 1250.0}
     assert energy(measured) == {"power_w_mean": 400.0, "tokens_per_joule": 1250.0, "energy_note": None}
@@ -584,7 +584,7 @@ def test_energy_is_shown_only_as_measured_and_otherwise_says_why() -> None:
 
 
 def test_parity_s_verdict_in_words_and_its_gap_only_from_a_judged_run() -> None:
-    from benchlab.report import parity_columns
+    from benchlab.analysis.summary import parity_columns
 
     assert parity_columns(None) == {"learns_same": None, "parity_gap_nats": None}
     assert parity_columns({"learns_same": True, "status": "ok", "gap_nats": 0.01}) == {
@@ -608,14 +608,14 @@ def test_a_summary_row_keeps_the_record_s_name_status_repeats_and_whiskers() -> 
 
 
 def test_a_time_limited_row_says_how_many_repeats_ran() -> None:
-    from benchlab.report import warnings
+    from benchlab.analysis.summary import warnings
 
     assert warnings({"repeats_asked": 3, "repeats": 1}, 1.0) == ["1 of 3 repeats: a time limit stopped the rest"]
     assert warnings({"repeats_asked": 3}, 1.0) == []  # a record without its count ran them all
 
 
 def test_the_markdown_table_always_has_the_variant_column_and_prints_text_as_is() -> None:
-    from benchlab.report import markdown
+    from benchlab.analysis.summary import markdown
 
     text = markdown([{"variant": None, "status": "ok", "notes": "a note"}], {})
     assert text.splitlines()[2].startswith("| variant ") and "a note" in text
@@ -649,8 +649,8 @@ def test_an_empty_matrix_s_error_reads_in_full(tmp_path: Path) -> None:
 
 
 def test_the_table_sorts_kinds_by_the_aggregate_s_own_baseline() -> None:
-    from benchlab.config import AggregateParams
-    from benchlab.report import table
+    from benchlab.core.sections import AggregateParams
+    from benchlab.analysis.summary import table
 
     rows, note = table([result("fp32_baseline", 100.0, 5.0, 1000.0), result("tf32", 120.0, 5.0, 1000.0)],
                        AggregateParams(baseline="fp32_baseline", reference="recipe", ours=[]), {})
@@ -658,7 +658,7 @@ def test_the_table_sorts_kinds_by_the_aggregate_s_own_baseline() -> None:
 
 
 def test_the_tables_list_the_top_25_by_default() -> None:
-    from benchlab.profiling import cpu_ops_markdown
+    from benchlab.run.profiling import cpu_ops_markdown
 
     events = [{"cat": "kernel", "name": f"kernel_{i}", "ts": i * 10, "dur": 100 + i} for i in range(30)]
     assert kernel_markdown(kernel_summary(events, steps=1)).count("| `kernel_") == 25

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from benchlab.heads.onepass import LIGER_VERSION
+from benchlab.run.heads.onepass import LIGER_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN = re.compile(r"([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)")

@@ -12,7 +12,7 @@ import pytest
 
 
 def _gpu_runs() -> list:
-    from benchlab.runner import RunRecord
+    from benchlab.run.runner import RunRecord
     common = {"status": "ok", "lrs": [1e-3] * 5, "warmup_steps": 1, "world_size": 2}
     r1 = RunRecord(**common, losses=[6, 5, 4, 3, 2.5], step_ms=[50, 10, 10, 10, 10], warmup_s=0.05, first_step_ms=50.0,
                    window_wall_ms=50.0, memory={"peak_mem_allocated_mb": 500.0, "peak_mem_reserved_mb": 600.0},
@@ -27,7 +27,7 @@ def _gpu_runs() -> list:
 
 
 def test_measured_record_on_a_gpu_key_by_key() -> None:
-    from benchlab.results import measured_record
+    from benchlab.run.results import measured_record
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 1000, "block_size": 16, "device": "cuda", "env.cuda_available": True,
@@ -73,8 +73,8 @@ def test_measured_record_on_a_gpu_key_by_key() -> None:
 
 
 def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
-    from benchlab.results import measured_record, neighbours
-    from benchlab.runner import RunRecord
+    from benchlab.run.results import measured_record, neighbours
+    from benchlab.run.runner import RunRecord
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 100, "block_size": 16, "device": "cpu", "compile_mode": "default"}
@@ -104,8 +104,8 @@ def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
 
 def test_a_stall_in_the_timed_window_marks_the_record_not_steady() -> None:
     """Issue 46: a `kill -STOP` of 20 s in the timed window gave `ok`, steady_state_ok true, and nothing else."""
-    from benchlab.results import measured_record
-    from benchlab.runner import RunRecord
+    from benchlab.run.results import measured_record
+    from benchlab.run.runner import RunRecord
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 100, "block_size": 16, "device": "cpu", "compile_mode": "default"}
@@ -132,9 +132,9 @@ def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
     to `marks`, and its RunRecord to `out`."""
     import torch
 
-    from benchlab.config import parse_params
-    from benchlab.data import load_tokens
-    from benchlab.runner import train_once
+    from benchlab.core.params import parse_params
+    from benchlab.run.data import load_tokens
+    from benchlab.run.runner import train_once
     from tests.conftest import micro_params
 
     p = parse_params(micro_params())
@@ -150,8 +150,8 @@ def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
 
 @pytest.mark.integration  # a training run in a child process, stopped by a signal
 def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp_path: Path) -> None:
-    from benchlab.results import measured_record
-    from benchlab.runner import RunRecord
+    from benchlab.run.results import measured_record
+    from benchlab.run.runner import RunRecord
     from model.gpt import GPTConfig
 
     marks, out = tmp_path / "marks", tmp_path / "rec.json"
@@ -180,16 +180,16 @@ def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp
 
 
 def test_steps_csv_marks_the_timed_steps() -> None:
-    from benchlab.results import steps_csv
-    from benchlab.runner import RunRecord
+    from benchlab.run.results import steps_csv
+    from benchlab.run.runner import RunRecord
     run = RunRecord(status="ok", losses=[6.0, 5.0, 4.5], lrs=[1e-4, 5e-4, 1e-3], step_ms=[50.0, 10.0], warmup_steps=1)
     assert steps_csv(run) == ("step,loss,lr,step_ms,timed\n0,6.000000,0.0001,50.0000,0\n"
                               "1,5.000000,0.0005,10.0000,1\n2,4.500000,0.001,,1\n")
 
 
 def test_base_and_skipped_records_carry_the_variant_s_own_settings() -> None:
-    from benchlab.config import RunSettings, parse_params
-    from benchlab.results import base_record, skipped_record
+    from benchlab.core.params import RunSettings, parse_params
+    from benchlab.run.results import base_record, skipped_record
     from tests.conftest import micro_params
     p = parse_params(micro_params())
     settings = RunSettings(precision="bf16", batch_size=8)
@@ -205,16 +205,16 @@ def test_base_and_skipped_records_carry_the_variant_s_own_settings() -> None:
 
 
 def test_base_record_batch_falls_back_to_train_batch_size() -> None:
-    from benchlab.config import RunSettings, parse_params
-    from benchlab.results import base_record
+    from benchlab.core.params import RunSettings, parse_params
+    from benchlab.run.results import base_record
     from tests.conftest import micro_params
     rec = base_record("plain", parse_params(micro_params()), RunSettings(), "cpu", {}, {})
     assert rec["batch_size"] == 4 and rec["tokens_per_step"] == 4 * 32
 
 
 def test_unknown_gpu_processes_stay_unknown() -> None:
-    from benchlab.results import neighbours
-    from benchlab.runner import RunRecord
+    from benchlab.run.results import neighbours
+    from benchlab.run.runner import RunRecord
     run = RunRecord(status="ok", neighbours={"other_gpu_processes": None, "cpu_busy_others_pct": 1.0,
                                              "cpu_busy_ours_pct": 1.0})
     assert neighbours([run])["other_gpu_processes"] is None  # not [] (none seen): nvidia-smi could not tell

@@ -1,4 +1,4 @@
-"""benchlab/runner.py's loop, event by event: where the timed window opens and what is measured inside it, the
+"""benchlab/run/runner.py's loop, event by event: where the timed window opens and what is measured inside it, the
 params each step reads, and what one run's record says. The learning itself is tests/test_train.py's."""
 
 import json
@@ -9,12 +9,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchlab import harness, lifeline, power, runner
-from benchlab.config import Params, RunSettings
-from benchlab.data import BatchStream
-from benchlab.errors import LabError
-from benchlab.optimize import apply
-from benchlab.runner import LossReader, RunRecord, lr_at, skipped_steps, train_once
+from benchlab.run import harness
+from benchlab.core import parent_watch
+from benchlab.run import power
+from benchlab.run import runner
+from benchlab.core.params import Params, RunSettings
+from benchlab.run.data import BatchStream
+from benchlab.core.errors import LabError
+from benchlab.run.apply_knobs import apply
+from benchlab.run.runner import LossReader, RunRecord, lr_at, skipped_steps, train_once
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
@@ -35,7 +38,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list:
     monkeypatch.setattr(harness.Neighbours, "start", lambda self: (log.append("neighbours"), real_start(self))[1])
     real_meter = power.EnergyMeter.start
     monkeypatch.setattr(power.EnergyMeter, "start", lambda self: (log.append("meter"), real_meter(self))[1])
-    monkeypatch.setattr(lifeline, "at", lambda where: log.append(where))
+    monkeypatch.setattr(parent_watch, "at", lambda where: log.append(where))
     return log
 
 
@@ -143,10 +146,10 @@ def test_a_library_error_is_the_variant_s_result_only_where_the_matrix_goes_on(
         train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1)
 
     def stopped(*args: object) -> None:
-        raise lifeline.Stopped("terminated")
+        raise parent_watch.Stopped("terminated")
 
     monkeypatch.setattr(runner, "train_step", stopped)
-    with pytest.raises(lifeline.Stopped):
+    with pytest.raises(parent_watch.Stopped):
         train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1, keep_going=True)
 
 

@@ -1,4 +1,4 @@
-"""The report per run: the aggregate stage's metrics/report.md and `python -m benchlab.runreport <folder>`, from
+"""The report per run: the aggregate stage's metrics/report.md and `python -m benchlab.analysis.run_report <folder>`, from
 hand-made records, parity records and profiles; every figure it shows is one the files hold."""
 
 import json
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from benchlab.errors import LabError
-from benchlab.runreport import folder_report, main as runreport_main, profile_summary
+from benchlab.core.errors import LabError
+from benchlab.analysis.run_report import folder_report, main as runreport_main, profile_summary
 from stages import aggregate
 from tests.conftest import ROOT, micro_params
 
@@ -258,14 +258,14 @@ def test_profile_summary_reads_families_or_a_cpu_profiles_top_ops() -> None:
 
 
 def test_the_parity_section_says_whether_the_tolerance_can_judge() -> None:
-    from benchlab.runreport import tolerance_words
+    from benchlab.analysis.run_report import tolerance_words
     assert tolerance_words({"status": "ok", "noise_nats": 0.23, "tolerance": 0.05}).startswith("below that gap: no verdict")
     assert tolerance_words({"status": "ok", "noise_nats": 0.01, "tolerance": 0.05}).startswith("above that gap")
     assert tolerance_words({"status": "oom", "message": "out of memory"}) == "the reference oom: out of memory"
 
 
 def test_a_stopped_runs_report_names_the_variants_it_did_not_reach() -> None:
-    from benchlab.runreport import not_measured
+    from benchlab.analysis.run_report import not_measured
     text = not_measured([{"variant": "a", "status": "ok"}], ["b", "c"])
     assert "Not run (the run stopped before them; the same command again runs them): b, c." in text
     assert text.endswith("Every variant that ran, ran ok.\n")

@@ -1,4 +1,4 @@
-"""The search (benchlab/search.py, search_moves.py, search_journal.py, search_report.py) driven by a scripted
+"""The search (benchlab/search/: strategy.py, moves.py, journal.py, report.py) driven by a scripted
 machine: what it tries, in what order, what it answers, what it spends, and how it resumes after a kill."""
 
 import csv
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
-from benchlab import search_report
-from benchlab.config import parse_params
-from benchlab.knobs import RunSettings
-from benchlab.search import Limits, Search, Warm, found_variants, pareto
-from benchlab.search_journal import SCREENING, Journal, Run
-from benchlab.search_moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
-from benchlab.skips import DeviceFacts
+from benchlab.search import report
+from benchlab.core.params import parse_params
+from benchlab.core.knobs import RunSettings
+from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
+from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
+from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
 
 RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
@@ -260,7 +260,7 @@ def test_warm_starts_are_screened_first_right_after_the_start_and_searched_aroun
 
 
 def test_a_stale_answer_from_another_device_or_software_is_not_used(tmp_path: Path) -> None:
-    from benchlab.search_runs import warm_starts  # imports torch; no run here
+    from benchlab.search.runs import warm_starts  # imports torch; no run here
 
     here = {**CONTEXT, "model": "gpt2_350m"}
     answer = knob_values(replace(RECIPE, fp8="blocks"))
@@ -360,8 +360,8 @@ def test_the_search_s_front_leaves_out_points_that_fail_parity(tmp_path: Path) -
 def test_the_front_csv_marks_the_answers_and_each_point_s_verdict(tmp_path: Path) -> None:
     result = searcher(tmp_path / "journal.jsonl", Machine()).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    rows = list(csv.DictReader(search_report.front_csv(result, journal).splitlines()))
-    assert list(rows[0]) == list(search_report.FRONT_COLUMNS)
+    rows = list(csv.DictReader(report.front_csv(result, journal).splitlines()))
+    assert list(rows[0]) == list(report.FRONT_COLUMNS)
     assert [r["name"] for r in rows] == [r.name for r in result["front"]]
     assert rows[0]["answer"] == "fastest" and all(r["parity"] == "passed" for r in rows)
     assert rows[-1]["peak_mem_mb"] == "1500" and rows[-1]["answer"] == "lean"
@@ -394,7 +394,7 @@ def test_spent_includes_confirmation_and_parity(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
     spent = 10 * len(machine.of("screen")) + 25 * len(machine.of("repeat")) + 8 * len(machine.of("judge"))
     assert journal.spent_s() == spent and machine.of("repeat") and machine.of("judge")
-    facts = search_report.summary(result, journal, limits())
+    facts = report.summary(result, journal, limits())
     assert facts["spent_s"] == spent and facts["runs"] == len(machine.of("screen"))
 
 
@@ -499,8 +499,8 @@ def test_a_candidate_screened_in_any_phase_is_not_measured_again(tmp_path: Path)
 # ---- what it records ----
 
 def test_where_a_run_s_time_went_is_recorded_in_the_candidates_file(tmp_path: Path) -> None:
-    from benchlab.runner import RunRecord
-    from benchlab.search_runs import breakdown
+    from benchlab.run.runner import RunRecord
+    from benchlab.search.runs import breakdown
 
     rec = RunRecord(status="ok", startup_s=3.0, init_s=1.5, apply_s=0.5, warmup_s=4.0, window_wall_ms=600.0, eval_s=0.25)
     parts = breakdown(rec, 10.0)
@@ -513,28 +513,28 @@ def test_where_a_run_s_time_went_is_recorded_in_the_candidates_file(tmp_path: Pa
     journal.add(Run("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=110.0, peak_mem_mb=4.0,
                     wall_s=3.5, extra=later))
     journal.add(Run("loss=cce", {"loss": "cce"}, "moves", "refused", message='needs "cce", or use loss=chunked'))
-    text = search_report.candidates_csv(journal, 100.0)
+    text = report.candidates_csv(journal, 100.0)
     assert "\r" not in text and text.endswith("\n")
     rows = list(csv.DictReader(text.splitlines()))
-    assert tuple(rows[0]) == search_report.CSV_COLUMNS == ("name", "phase", "status", "tokens_per_sec", "ratio_to_start",
+    assert tuple(rows[0]) == report.CSV_COLUMNS == ("name", "phase", "status", "tokens_per_sec", "ratio_to_start",
                                                             "peak_mem_mb", "wall_s", "startup_s", "build_s", "apply_s",
                                                             "warmup_s", "timed_s", "eval_s", "passed", "message")
-    assert [rows[0][k] for k in search_report.BREAKDOWN] == ["3", "1.5", "0.5", "4", "0.6", "0.25"]
+    assert [rows[0][k] for k in report.BREAKDOWN] == ["3", "1.5", "0.5", "4", "0.6", "0.25"]
     assert rows[1]["startup_s"] == "" and rows[1]["ratio_to_start"] == "1.1" and rows[1]["wall_s"] == "3.5"
     assert rows[2]["message"] == 'needs "cce", or use loss=chunked' and rows[2]["tokens_per_sec"] == ""
-    assert search_report.breakdown(journal) == {"wall_s": 6.75, "startup_s": 3.0, "build_s": 1.25, "apply_s": 0.5,
+    assert report.breakdown(journal) == {"wall_s": 6.75, "startup_s": 3.0, "build_s": 1.25, "apply_s": 0.5,
                                                 "warmup_s": 3.0, "timed_s": 0.6, "eval_s": 0.25}
 
 
 def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
     result = searcher(tmp_path / "journal.jsonl", Machine()).run()
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    out = search_report.summary(result, journal, limits())
+    out = report.summary(result, journal, limits())
     assert out["fastest"] == FASTEST and out["lean"] == LEAN and out["start_tokens_per_sec"] == START_TPS
     assert out["refused"] == sum(r.status == "refused" for r in journal.runs.values()) > 0
     assert out["screening_run_s_median"] == 10.0 and out["front_points"] == len(result["front"])
     assert all(not isinstance(v, (dict, list)) for v in out.values())
-    failed = search_report.summary({"status": "failed", "message": "the start itself did not run"}, journal, limits())
+    failed = report.summary({"status": "failed", "message": "the start itself did not run"}, journal, limits())
     assert failed["lean"] == "none: the start itself did not run" and failed["lean_tokens_per_sec"] is None
 
 
@@ -573,19 +573,19 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     assert phases[:2] == ["warm", "warm"] and "confirm" in phases and "parity" in phases and "found" in phases
     assert all(e["context"]["model"] == "tiny" and e["context"]["device"] for e in journal)
     rows = list(csv.DictReader((out / "candidates.csv").read_text().splitlines()))
-    assert tuple(rows[0]) == search_report.CSV_COLUMNS and rows[0]["name"] == "start"
+    assert tuple(rows[0]) == report.CSV_COLUMNS and rows[0]["name"] == "start"
     assert all(float(rows[0][k]) >= 0 for k in ("startup_s", "build_s", "warmup_s", "timed_s"))
     assert any(r["name"] == "precision=fp16" and r["status"] == "refused" for r in rows)
     front = list(csv.DictReader((out / "front.csv").read_text().splitlines()))
-    assert front and tuple(front[0]) == search_report.FRONT_COLUMNS
+    assert front and tuple(front[0]) == report.FRONT_COLUMNS
     summary = json.loads((workdir / "search.json").read_text())
     assert summary["runs"] == 3 and summary["start_tokens_per_sec"] > 0 and summary["front_points"] == len(front)
     assert summary["spent_s"] > 0 and summary["screening_run_s_median"] > 0
     found = yaml.safe_load((out / "found.yaml").read_text())["variants"]
     assert set(found) == {"fastest_tiny", "lean_tiny"}
     assert {r["answer"] for r in front} >= {"fastest"} or any("fastest" in r["answer"] for r in front)
-    report = (out / "report.md").read_text()
-    assert report.startswith("# Search on ") and "![front](front.png)" in report and "| startup |" in report
+    page = (out / "report.md").read_text()
+    assert page.startswith("# Search on ") and "![front](front.png)" in page and "| startup |" in page
     assert (out / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     before = {name: (out / name).read_bytes() for name in ("journal.jsonl", "candidates.csv", "front.csv", "found.yaml")}
     again = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")

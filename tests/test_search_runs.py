@@ -1,4 +1,4 @@
-"""benchlab/search_runs.py's resume key, `context`: what a journal's runs are valid for.
+"""benchlab/search/runs.py's resume key, `context`: what a journal's runs are valid for.
 
 A search resumes the runs of a journal line whose context equals its own, so the context must change with
 everything a run's figures depend on (the model, the batch, the steps, the memory cap, the machine, torch and
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab import search_runs
-from benchlab.config import Params, parse_params
-from benchlab.search_journal import Journal, Run
+from benchlab.search import runs
+from benchlab.core.params import Params, parse_params
+from benchlab.search.journal import Journal, Run
 from tests.conftest import micro_params
 
 CPU = torch.device("cpu")
@@ -25,13 +25,13 @@ MACHINE = {"cpu": "AMD EPYC 7B13", "gpu": None, "torch": "2.13.0+cpu"}
 def machine(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The environment and source hash `context` reads, set by the test instead of measured."""
     facts = {**MACHINE, "source_sha256": "a" * 64}
-    monkeypatch.setattr(search_runs, "environment", lambda: {k: v for k, v in facts.items() if k != "source_sha256"})
-    monkeypatch.setattr(search_runs, "source_sha256", lambda *args: facts["source_sha256"])
+    monkeypatch.setattr(runs, "environment", lambda: {k: v for k, v in facts.items() if k != "source_sha256"})
+    monkeypatch.setattr(runs, "source_sha256", lambda *args: facts["source_sha256"])
     return facts
 
 
 def context_of(p: Params, device: torch.device = CPU) -> dict:
-    return search_runs.context(p, device)
+    return runs.context(p, device)
 
 
 def with_start(p: Params, **knobs: object) -> Params:

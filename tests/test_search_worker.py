@@ -1,12 +1,12 @@
-"""The search's screening worker (benchlab/search_runs.py): one process screens candidates one after another."""
+"""The search's screening worker (benchlab/search/runs.py): one process screens candidates one after another."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from benchlab import search_runs
-from benchlab.runner import RunRecord
+from benchlab.search import runs
+from benchlab.run.runner import RunRecord
 from tests.conftest import ROOT, micro_params
 
 
@@ -21,7 +21,7 @@ def worker_lab(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.integration
 def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it(worker_lab: Path,
                                                                                  prepared: Path) -> None:
-    worker = search_runs.Worker(str(prepared))
+    worker = runs.Worker(str(prepared))
     try:
         first = worker.screen({})
         pid = worker.proc.pid if worker.proc else None
@@ -42,7 +42,7 @@ def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it
 @pytest.mark.integration
 def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(worker_lab: Path,
                                                                               prepared: Path) -> None:
-    worker = search_runs.Worker(str(prepared))
+    worker = runs.Worker(str(prepared))
     try:
         worker.screen({})
         assert worker.proc is not None and worker.proc.stdin is not None
@@ -59,13 +59,13 @@ def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(wo
 def test_the_breakdown_names_every_part_of_a_run_s_wall_time() -> None:
     rec = RunRecord(status="ok", startup_s=4.0, init_s=1.0, apply_s=0.5, warmup_s=3.0, window_wall_ms=500.0,
                     eval_s=0.25)
-    assert search_runs.breakdown(rec, 10.0) == {"startup_s": 4.0, "build_s": 1.0, "apply_s": 0.5, "warmup_s": 3.0,
+    assert runs.breakdown(rec, 10.0) == {"startup_s": 4.0, "build_s": 1.0, "apply_s": 0.5, "warmup_s": 3.0,
                                                 "timed_s": 0.5, "eval_s": 0.25, "other_s": 0.75}
-    assert search_runs.breakdown(RunRecord(status="oom"), 2.0)["timed_s"] is None
+    assert runs.breakdown(RunRecord(status="oom"), 2.0)["timed_s"] is None
 
 
 def test_memory_is_compared_as_the_report_compares_it() -> None:
     graphs = {"peak_mem_allocated_comparable": False, "peak_mem_allocated_mb": 2_900.0, "peak_mem_reserved_mb": 11_000.0}
-    assert search_runs.compared_memory(graphs) == 11_000.0  # CUDA graphs' pools escape the allocated peak
-    assert search_runs.compared_memory({"peak_mem_allocated_comparable": True, "peak_mem_allocated_mb": 9.0}) == 9.0
-    assert search_runs.compared_memory({"peak_mem_allocated_mb": None, "peak_rss_mb": 450.0}) == 450.0
+    assert runs.compared_memory(graphs) == 11_000.0  # CUDA graphs' pools escape the allocated peak
+    assert runs.compared_memory({"peak_mem_allocated_comparable": True, "peak_mem_allocated_mb": 9.0}) == 9.0
+    assert runs.compared_memory({"peak_mem_allocated_mb": None, "peak_rss_mb": 450.0}) == 450.0

@@ -13,22 +13,22 @@ import pytest
 import torch
 import yaml
 
-from benchlab import launch
-from benchlab.build import model_shape
-from benchlab.checkpoint import load_checkpoint
-from benchlab.config import load_params
-from benchlab.errors import LabError
-from benchlab.mfu import flops_per_token
-from benchlab.optimize import why_not
-from benchlab.results import base_record, measured_record, metric_view, steps_csv
-from benchlab.runner import RunRecord
+from benchlab.run import launch
+from benchlab.run.build_model import model_shape
+from benchlab.run.checkpoint import load_checkpoint
+from benchlab.core.params import load_params
+from benchlab.core.errors import LabError
+from benchlab.run.mfu import flops_per_token
+from benchlab.run.apply_knobs import why_not
+from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
+from benchlab.run.runner import RunRecord
 from stages import bench, train
 from tests.conftest import micro_params
 
 ENV = {"cpu": "a test CPU", "torch": "x.y"}
 PROV = {"git_commit": "abc123", "date_utc": "2026-12-03T00:00:00Z"}
 BENCH_ARGS = ["prep", "results", "steps"]
-TRAIN_ARGS = ["prep", "models/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
+TRAIN_ARGS = ["prep", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
 
 
 @pytest.fixture()
@@ -48,7 +48,7 @@ def lab(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch) -> dict[
     for stage in (bench, train):
         monkeypatch.setattr(stage, "environment", lambda: dict(ENV))
         monkeypatch.setattr(stage, "provenance", lambda: dict(PROV))
-        monkeypatch.setattr(stage.devlock, "device_lock", lock)
+        monkeypatch.setattr(stage.locks, "device_lock", lock)
     return {"locks": locks}
 
 
@@ -197,7 +197,7 @@ def test_train_saves_the_model_and_records_what_it_measured(lab: dict, monkeypat
     assert record == as_written(expected)
     assert read_json("metrics/train.json") == as_written(metric_view(expected))
     assert Path("plots/train.csv").read_text() == steps_csv(rec)
-    saved, identity = load_checkpoint("models/model.pt", 512)
+    saved, identity = load_checkpoint("checkpoints/model.pt", 512)
     assert identity["model"] == "tiny"
     for name, tensor in model.state_dict().items():
         assert torch.equal(saved.state_dict()[name], tensor), name

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from benchlab import stats
+from benchlab.core import stats
 
 
 def test_touching_intervals_are_not_separated_in_either_order() -> None:

@@ -6,9 +6,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchlab.config import Params, RunSettings, TrainParams, parse_params
-from benchlab.optimize import apply
-from benchlab.runner import lr_at, train_once, train_step
+from benchlab.core.params import Params, RunSettings, parse_params
+from benchlab.core.sections import TrainParams
+from benchlab.run.apply_knobs import apply
+from benchlab.run.runner import lr_at, train_once, train_step
 from model.gpt import GPT, GPTConfig
 from tests.conftest import micro_params
 
@@ -88,7 +89,7 @@ def test_out_of_memory_becomes_a_status(params: Params, tokens, monkeypatch: pyt
     def oom(*args: object, **kwargs: object) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr("benchlab.runner.train_step", oom)
+    monkeypatch.setattr("benchlab.run.runner.train_step", oom)
     rec = run(params, tokens)
     assert rec.status == "oom"
     assert "batch size 4" in rec.message and rec.message.endswith("more was asked for")
@@ -143,6 +144,6 @@ def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict) -> Non
 def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -> None:
     rec = train_once(params, RunSettings(batch_size=8, grad_accum=2), tokens, CPU, steps=4, warmup=2)
     assert rec.status == "ok"
-    from benchlab.results import base_record
+    from benchlab.run.results import base_record
     base = base_record("v", params, RunSettings(batch_size=8), "cpu", {}, {})
     assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.train.block_size

@@ -1,0 +1,293 @@
+"""The knob table: the fields of `RunSettings`, each with its choices, what it does, where `benchlab.run.apply_knobs.apply`
+applies it, and its check of the device (`benchlab.core.skips`); then the rules that refuse impossible combinations.
+
+A skip (`unsupported_reason`) is for "this machine cannot": a CPU, a GPU without bf16, a missing library. A rule
+that holds on every machine is checked when params.yaml loads (`check_combination`), naming the key and the fix.
+This module imports neither torch nor the model, so a stage that only reads params does not depend on them.
+"""
+
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Literal
+
+from benchlab.core.errors import LabError
+from benchlab.core.skips import (DeviceFacts, SkipCheck, comm_hook_skip, compile_mode_skip, compile_skip, fp8_skip,
+                            loss_skip, max_ctas_skip, nproc_skip, optimizer_skip, param_dtype_skip, precision_skip,
+                            weight_dtype_skip)
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+Attention = Literal["manual", "sdpa"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+# The compile modes that capture CUDA graphs: their memory pools escape the allocator's peak, and each step must
+# tell the graphs a new iteration began.
+CUDA_GRAPH_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
+Checkpointing = Literal["none", "full", "selective"]
+LossKind = Literal["standard", "inline", "chunked", "fused", "cce", "onepass"]
+Parallel = Literal["none", "ddp", "fsdp2"]
+ParamDtype = Literal["fp32", "bf16"]
+WeightDtype = Literal["fp32", "bf16"]
+CommHook = Literal["none", "bf16"]
+Float8 = Literal["none", "blocks", "head", "all"]
+
+# The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention kernel, comes
+# before apply): the one declaration of that order. A knob names the steps it is applied at, the knob table numbers
+# each by its place here, and tests/test_optimize.py checks that apply takes them in this order.
+STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", "checkpointing", "parallel",
+                          "loss_head", "optimizer", "autocast")
+
+
+def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None,
+         searched: bool = True) -> Any:
+    """One row of the knob table: a dataclass field with its documentation, where it is applied and its device
+    check. `applied` maps steps of STEPS to what happens there, or is a place outside `apply` (unnumbered).
+
+    `default` is also the knob's unoptimized value: a search for speed never moves a knob back to it.
+    `searched`: whether the search (benchlab/search/strategy.py) tries the knob's values; the batch and the process
+    layout are a search's inputs, not its answers."""
+    unknown = [s for s in applied if s not in STEPS] if isinstance(applied, dict) else []
+    if unknown:  # a bug in this module, found on import
+        raise ValueError(f"knob applied at unknown steps {unknown}; the steps: {', '.join(STEPS)}")
+    return field(default=default, metadata={"doc": doc, "applied": applied, "skip": skip, "searched": searched})
+
+
+def applied_at(f: Field) -> str:
+    """Where a knob is applied, as the table shows it: each step numbered by its place in STEPS."""
+    applied = f.metadata["applied"]
+    if isinstance(applied, str):
+        return applied
+    return "; ".join(f"{STEPS.index(step)}. {words}" for step, words in applied.items())
+
+
+# ---- the optimizer: its choices and each one's own rules (what a device needs: benchlab.core.skips.optimizer_skip) -----
+
+Optimizer = Literal["adamw", "adamw_fused", "adamw_compiled", "adamw_8bit", "adamw_bf16_sr"]
+
+
+def _check_optimizer(where: str, s: "RunSettings") -> None:
+    """The optimizer's own rules, and those of fused_clip (a modifier of adamw_fused), on every device."""
+    if s.optimizer == "adamw_compiled":
+        check(s.compile, f"{where}compile", s.compile,
+              "true with optimizer=adamw_compiled, which compiles the update in compile's mode "
+              "(or set optimizer=adamw)")
+        check(s.precision != "fp16", f"{where}precision", s.precision,
+              "fp32, tf32 or bf16 with optimizer=adamw_compiled (fp16's GradScaler reads its inf checks on the "
+              "host, outside the compiled update; or set optimizer=adamw)")
+        check(s.parallel != "fsdp2", f"{where}parallel", s.parallel,
+              "none or ddp with optimizer=adamw_compiled (the compiled update is not wired for fsdp2's sharded "
+              "gradients; or set optimizer=adamw)")
+    check(s.optimizer != "adamw_bf16_sr" or s.weight_dtype == "bf16", f"{where}weight_dtype", s.weight_dtype,
+          "bf16 with optimizer=adamw_bf16_sr (it rounds each update stochastically into bf16 weights; or set "
+          "optimizer=adamw)")
+    if s.fused_clip:
+        check(s.optimizer == "adamw_fused", f"{where}fused_clip", s.fused_clip,
+              f"false with optimizer={s.optimizer} (the clipping scale is handed to fused AdamW's kernel as its "
+              "grad_scale; set optimizer=adamw_fused with it)")
+        check(s.precision != "fp16", f"{where}precision", s.precision,
+              "fp32, tf32 or bf16 with fused_clip=true (fp16's GradScaler sets the fused kernel's grad_scale "
+              "itself; or set fused_clip=false)")
+        check(s.parallel != "fsdp2", f"{where}parallel", s.parallel,
+              "none or ddp with fused_clip=true (not wired for fsdp2's sharded gradients; or set fused_clip=false)")
+
+
+# The knobs that `optimizer` replaced (issue 35), and the old value that trained as each optimizer does, in the
+# order the old if-chain picked them: adam_state=8bit, weight_dtype=bf16_sr, compile_update=true, fused_adamw=true.
+OLD_OPTIMIZER_KNOBS: tuple[tuple[str, Any, str], ...] = (
+    ("adam_state", "8bit", "adamw_8bit"), ("weight_dtype", "bf16_sr", "adamw_bf16_sr"),
+    ("compile_update", True, "adamw_compiled"), ("fused_adamw", True, "adamw_fused"))
+REPLACED_KNOBS = ("adam_state", "compile_update", "fused_adamw")
+
+
+def old_knob_error(key: str, value: Any) -> str | None:
+    """What to write instead of a knob, or a knob value, that `optimizer` replaced; None for any other."""
+    if key == "weight_dtype":
+        return "weight_dtype: bf16 with optimizer: adamw_bf16_sr" if value == "bf16_sr" else None
+    for old, then, optimizer in OLD_OPTIMIZER_KNOBS:
+        if key == old:
+            return f"optimizer: {optimizer}" if value == then else "nothing (optimizer: adamw is the default)"
+    return None
+
+
+def from_old_knobs(settings: dict[str, Any]) -> dict[str, Any]:
+    """A committed run's knobs in today's names. A results folder written before the `optimizer` knob holds the
+    knobs it replaced, in its params.yaml and in every record; read from there, they become the optimizer that
+    trains as they did. A mapping that sets none of them is returned as it is."""
+    sr = settings.get("weight_dtype") == "bf16_sr"
+    if not sr and not any(k in settings for k in REPLACED_KNOBS):
+        return settings
+    out = {k: v for k, v in settings.items() if k not in REPLACED_KNOBS}
+    if sr:
+        out["weight_dtype"] = "bf16"
+    out["optimizer"] = next((opt for k, then, opt in OLD_OPTIMIZER_KNOBS if settings.get(k) == then), "adamw")
+    return out
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The knob table. Top-level keys of params.yaml set the train stage's; each variant sets its own.
+
+    A variant's unset knobs keep these defaults: the unoptimized baseline.
+    """
+
+    precision: Precision = knob(
+        "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls; fp32 on a CPU), fp16 (autocast + GradScaler), bf16 (autocast)",
+        {"matmul_flags": "matmul flags", "autocast": "autocast and GradScaler"}, precision_skip)
+    weight_dtype: WeightDtype = knob(
+        "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
+        "(autocast casts each weight to bf16 for its matmul, every step); bf16 (with precision=bf16): no fp32 copy, "
+        "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
+        "each update is rounded to the nearest bf16 (8 significant bits), so changes below 0.2 to 0.4% of a weight "
+        "(weight decay's, late small steps) are lost, unless optimizer=adamw_bf16_sr rounds them stochastically",
+        {"placement": "device placement (model.to)"}, weight_dtype_skip)
+    attention: Attention = knob(
+        "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
+        {"constructor": "the model's constructor (the one switch the model knows)"})
+    activation_checkpointing: Checkpointing = knob(
+        "none", "none; full: every block recomputed in backward; selective: keep matmul and attention outputs, "
+        "recompute the cheap ops between them", {"checkpointing": "wraps each block"})
+    loss: LossKind = knob(
+        "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); inline: the same "
+        "logits and cross-entropy, but only the loss leaves the compiled region; chunked: after the compiled body, "
+        "the output layer and cross-entropy over chunks of tokens, each chunk's gradients made in forward so only "
+        "one chunk's logits live; fused: liger-kernel's fused linear + cross-entropy, after the "
+        "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering); "
+        "onepass: inside the compiled graph, one op makes the logits, then liger-kernel's cross-entropy kernel writes "
+        "the loss and the logits' gradient in one pass over them and the gradient products follow in forward (on CPU "
+        "the same arithmetic in torch)",
+        {"loss_head": "the loss head"}, loss_skip)
+    loss_chunk_tokens: int = knob(
+        2048, "tokens per chunk of the chunked loss head (loss=chunked only): smaller chunks keep less of the logits "
+        "and their gradient alive at once, larger ones launch fewer, larger matmuls", {"loss_head": "the loss head"},
+        searched=False)
+    fp8: Float8 = knob(
+        "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
+        "tied output head only; all: both", {"float8": "swaps the Linear layers"}, fp8_skip)
+    optimizer: Optimizer = knob(
+        "adamw", "AdamW (decay on matrices only): adamw: torch's for-loop implementation; adamw_fused: torch's fused "
+        "kernel; adamw_compiled: gradient clipping and torch's AdamW compiled as one update in compile_mode (with "
+        "compile=true; its foreach implementation, which inductor fuses across the parameters, the learning rate "
+        "held in a tensor so the schedule does not recompile it; under reduce-overhead replayed as CUDA graphs too, "
+        "so the host no longer launches them one by one); adamw_8bit: torchao's AdamW8bit (block-wise quantized "
+        "moments, a quarter of the memory); adamw_bf16_sr: torchao's AdamW with stochastic rounding into bf16 "
+        "weights (with weight_dtype=bf16: each weight rounds up or down with odds that make the update right on "
+        "average), its per-parameter step run over every parameter in one compiled call (benchlab/run/adamw_bf16_sr.py)",
+        {"optimizer": "the optimizer; adamw_compiled: the training step calls the compiled update"}, optimizer_skip)
+    fused_clip: bool = knob(
+        False, "gradient clipping inside fused AdamW's kernel (with optimizer=adamw_fused): the global norm's "
+        "clipping factor is handed to the kernel as its grad_scale, which divides each gradient as it reads it, so "
+        "the separate pass that rescales every gradient is gone (train.grad_clip 0: nothing to clip, no change)",
+        {"optimizer": "the optimizer"})
+    compile: bool = knob(
+        False, "torch.compile the model and its loss",
+        {"parallel": "under fsdp2: each block's forward, before fully_shard",
+         "loss_head": "torch.compile around model and loss head (under fsdp2: the output layer with its loss)"},
+        compile_skip)
+    compile_mode: CompileMode = knob(
+        "default", "torch.compile mode: default; reduce-overhead (CUDA graphs); max-autotune-no-cudagraphs "
+        "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
+        {"loss_head": "torch.compile", "optimizer": "the compiled update (optimizer=adamw_compiled)"},
+        compile_mode_skip)
+    batch_size: int | None = knob(
+        None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
+        "the batch stream", searched=False)
+    grad_accum: int = knob(
+        1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step")
+    parallel: Parallel = knob(
+        "none", "none: one process; ddp: DistributedDataParallel (gradients all-reduced in buckets during "
+        "backward); fsdp2: torch.distributed.fsdp.fully_shard on every block and the root (parameters, "
+        "gradients and optimizer state sharded over the ranks). ddp and fsdp2 run under torchrun",
+        {"parallel": "wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module"},
+            searched=False)
+    nproc: int = knob(
+        1, "processes per node (one per GPU; gloo ranks on a CPU); batch_size stays the global batch, each rank "
+        "takes batch_size / (nproc x nodes) of it", "the stage's torchrun launch; the batch stream's rank slice",
+        nproc_skip, searched=False)
+    ddp_bucket_mb: int = knob(25, "DDP's gradient bucket size in MiB (bucket_cap_mb): smaller buckets start "
+                              "all-reducing sooner in backward, larger ones launch fewer collectives",
+                              {"parallel": "DDP"}, searched=False)
+    ddp_grad_as_bucket_view: bool = knob(
+        False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
+        {"parallel": "DDP"}, searched=False)
+    ddp_comm_hook: CommHook = knob(
+        "none", "DDP's gradient all-reduce: none (in fp32, the gradients' dtype); bf16: torch's bf16_compress_hook "
+        "(each bucket cast to bf16 for the all-reduce, half the bytes, then back to fp32)", {"parallel": "DDP"},
+        comm_hook_skip, searched=False)
+    fsdp_reshard_after_forward: bool = knob(
+        True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
+              "keeps them until backward, trading memory for one all-gather per block", {"parallel": "fully_shard"},
+                  searched=False)
+    fsdp_param_dtype: ParamDtype = knob(
+        "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
+                "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, param_dtype_skip,
+                    searched=False)
+    fsdp_blocks_per_unit: int = knob(
+        1, "FSDP2: transformer blocks per fully_shard unit (one all-gather and one reduce-scatter each); 1: every "
+           "block its own unit; 0: no block units, the root unit holds the whole model. Fewer units mean fewer hooks "
+           "for the host to run per step and less overlap of communication with compute", {"parallel": "fully_shard"},
+               searched=False)
+    nccl_max_ctas: int = knob(
+        0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
+           "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
+        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", max_ctas_skip,
+            searched=False)
+
+
+KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
+
+
+def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None:
+    """Why these settings cannot run on this device, or None when they can: the first knob that says so."""
+    for f in fields(RunSettings):
+        skip = f.metadata["skip"]
+        reason = skip(getattr(settings, f.name), settings, device) if skip else None
+        if reason:
+            return reason
+    return None
+
+
+def check(ok: bool, key: str, value: object, valid: str) -> None:
+    """Refuse a value, naming its key and what would be valid."""
+    if not ok:
+        raise LabError(f"{key}={value!r} is not valid; expected {valid}")
+
+
+def check_combination(where: str, s: RunSettings, batch: int) -> None:
+    """Knob values that are each valid but impossible together, on any device; `where` prefixes the key
+    ("variants.x."), `batch` is the run's global batch size."""
+    check(s.compile or s.compile_mode == "default", f"{where}compile_mode", s.compile_mode,
+          "default unless compile=true (set compile=true to use another mode)")
+    check(s.batch_size is None or s.batch_size > 0, f"{where}batch_size", s.batch_size, "a positive integer")
+    check(s.grad_accum >= 1, f"{where}grad_accum", s.grad_accum, "1 or more")
+    check(batch % s.grad_accum == 0, f"{where}grad_accum", s.grad_accum, f"a divisor of the batch size {batch}")
+    check(s.nproc >= 1, f"{where}nproc", s.nproc, "1 or more")
+    check(s.parallel != "none" or s.nproc == 1, f"{where}nproc", s.nproc,
+          "1 with parallel=none (set parallel=ddp or parallel=fsdp2 to run more processes)")
+    check(batch % (s.nproc * s.grad_accum) == 0, f"{where}nproc", s.nproc,
+          f"a count whose product with grad_accum={s.grad_accum} divides the global batch size {batch}")
+    check(s.ddp_bucket_mb >= 1, f"{where}ddp_bucket_mb", s.ddp_bucket_mb, "1 or more (MiB)")
+    check(s.parallel == "ddp" or (s.ddp_bucket_mb == 25 and not s.ddp_grad_as_bucket_view
+                                  and s.ddp_comm_hook == "none"),
+          f"{where}parallel", s.parallel, "ddp when ddp_bucket_mb, ddp_grad_as_bucket_view or ddp_comm_hook is set")
+    check(s.fsdp_blocks_per_unit >= 0, f"{where}fsdp_blocks_per_unit", s.fsdp_blocks_per_unit,
+          "0 (the whole model in the root unit) or a positive count of blocks")
+    check(s.parallel == "fsdp2" or (s.fsdp_reshard_after_forward and s.fsdp_param_dtype == "fp32"
+                                    and s.fsdp_blocks_per_unit == 1),
+          f"{where}parallel", s.parallel,
+          "fsdp2 when fsdp_reshard_after_forward, fsdp_param_dtype or fsdp_blocks_per_unit is set")
+    check(s.nccl_max_ctas >= 0, f"{where}nccl_max_ctas", s.nccl_max_ctas, "0 (NCCL's choice) or a positive count")
+    check(s.parallel != "none" or s.nccl_max_ctas == 0, f"{where}parallel", s.parallel,
+          "ddp or fsdp2 when nccl_max_ctas is set")
+    check(s.weight_dtype == "fp32" or s.precision == "bf16", f"{where}precision", s.precision,
+          f"bf16 with weight_dtype={s.weight_dtype} (the matmuls run in the weights' dtype; fp16 loss scaling needs "
+          "fp32 weights)")
+    check(s.weight_dtype == "fp32" or s.parallel != "fsdp2", f"{where}parallel", s.parallel,
+          f"none or ddp with weight_dtype={s.weight_dtype} (under fsdp2, fsdp_param_dtype=bf16 gathers bf16 copies "
+          "of fp32 shards)")
+    _check_optimizer(where, s)
+    check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
+    check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
+          "chunked when loss_chunk_tokens is set")
+    check(s.fp8 not in ("head", "all") or s.loss in ("standard", "inline"), f"{where}loss", s.loss,
+          f"standard or inline with fp8={s.fp8} (the chunked, fused, cce and onepass heads multiply by the output weight "
+          "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
+    check(s.parallel != "fsdp2" or s.loss not in ("fused", "onepass"), f"{where}loss", s.loss,
+          f"standard or chunked with parallel=fsdp2 (the {s.loss} head reads the output weight outside the sharded "
+          "module)")

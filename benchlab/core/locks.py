@@ -1,0 +1,88 @@
+"""The lab's file locks: one device timed by one run at a time, and one output folder written by one run.
+
+`dvc queue start -j 2` or a second terminal could otherwise time two variants on one GPU at once, and both would
+record wrong numbers; two prepares into one folder would each delete the other's files half way. Each lock is an
+flock on a file in the system's temp folder (or BENCHLAB_LOCK_DIR), named after what it guards, so the kernel drops
+it however its holder dies, and experiments in their own workspaces never meet. torch is imported only to name a
+GPU's lock.
+"""
+
+import fcntl
+import hashlib
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchlab.core import parent_watch
+from benchlab.core.errors import LabError
+from benchlab.core.sections import LockMode
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _folder() -> Path:
+    return Path(os.environ.get("BENCHLAB_LOCK_DIR") or tempfile.gettempdir())
+
+
+@contextmanager
+def _held(path: Path, holder: str, waiting: str | None) -> Iterator[str | None]:
+    """Hold the flock on `path` for the block, writing who holds it. Busy: print `waiting` (with the holder's
+    line for {other}) and wait; without `waiting`, yield the holder's line without the lock, for the caller to
+    refuse."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            if waiting is None:
+                yield other
+                return
+            print(waiting.replace("{other}", other), flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({holder}, since {time.strftime('%H:%M:%S')})".encode(), 0)
+        yield None
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def lock_path(device: "torch.device") -> Path:
+    """The lock file of a device: one per GPU (by its UUID), one per host for the CPU."""
+    if device.type == "cuda":
+        import torch
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = f"cuda-{torch.cuda.get_device_properties(index).uuid}"
+    else:
+        key = f"cpu-{socket.gethostname()}"
+    return _folder() / f"benchlab-{key}.lock"
+
+
+@contextmanager
+def device_lock(device: "torch.device", mode: LockMode, holder: str) -> Iterator[None]:
+    """Hold the device's lock for the block; wait for it or fail at once, by `bench.lock`."""
+    path = lock_path(device)
+    waiting = f"{holder}: waiting for {{other}} to finish timing {device.type} ..." if mode == "wait" else None
+    with _held(path, holder, waiting) as other:
+        if other is not None:
+            raise LabError(f"{device.type} is being timed by {other} (lock {path}); wait for it to finish, "
+                           "or set bench.lock=wait to queue behind it")
+        yield
+
+
+@contextmanager
+def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
+    """Write `path` in this run alone: a second run of the same stage on it fails at once, naming the first."""
+    parent_watch.check()  # a stage whose starter died while it imported takes no lock and writes nothing
+    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    with _held(_folder() / f"benchlab-out-{key}.lock", holder, None) as other:
+        if other is not None:
+            raise LabError(f"{path} is being written by {other}; wait for it to finish, then rerun")
+        yield

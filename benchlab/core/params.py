@@ -1,0 +1,277 @@
+"""params.yaml loaded into typed dataclasses, checked before any work.
+
+Every section is a frozen dataclass (`benchlab.core.sections`); `load_params` refuses unknown keys, wrong types and values outside a
+`Literal`, naming the key, the bad value and the valid ones. The optimization knobs are one table, the fields of
+`benchlab.core.knobs.RunSettings`, set at the top level for the train stage and by each variant. This module imports
+neither torch nor the model, so a stage that only reads params (prepare) does not depend on them.
+"""
+
+import subprocess
+import types
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from benchlab.core import presets
+from benchlab.core.errors import LabError, cut, shown
+from benchlab.core.knobs import KNOBS, REPLACED_KNOBS, RunSettings, check_combination, old_knob_error
+from benchlab.core.sections import (DEFAULT_FALLBACKS, DEFAULT_OURS, FLOAT_TEXT, SAFE_NAME, AggregateParams,
+                                     BenchParams, DataParams, DeviceChoice, EvalParams, ParityParams,
+                                     ProfileParams, SearchParams, TrainParams, check)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The whole of params.yaml. The knobs of `run` are written as top-level keys."""
+
+    seed: int = 1337
+    """Seeds the initial weights and the batch order of every run."""
+    device: DeviceChoice = "auto"
+    """auto: CUDA when torch sees a GPU, else the CPU."""
+    model: str = "tiny"
+    """A preset of model/gpt.py: tiny, gpt_small, gpt2_124m, gpt2_350m, gpt2_774m, gpt2_1558m (checked by benchlab.run.build_model)."""
+    run: RunSettings = field(default_factory=RunSettings)
+    """The train stage's knobs, read from the top-level keys named in KNOBS."""
+    data: DataParams = field(default_factory=DataParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    bench: BenchParams = field(default_factory=BenchParams)
+    eval: EvalParams = field(default_factory=EvalParams)
+    variants: dict[str, RunSettings] = field(default_factory=dict)
+    aggregate: AggregateParams = field(default_factory=AggregateParams)
+    profile: ProfileParams = field(default_factory=ProfileParams)
+    parity: ParityParams = field(default_factory=ParityParams)
+    search: SearchParams = field(default_factory=SearchParams)
+    preset: str = "cpu"
+    """The preset whose values replaced params.yaml's own (benchlab.core.presets); cpu: none replaced."""
+
+    def __post_init__(self) -> None:
+        check(bool(self.variants), "variants", self.variants,
+               "at least one variant, e.g. `fp32_baseline: {}` (the matrix the bench and aggregate stages run)")
+        for name in self.variants:
+            check(bool(SAFE_NAME.fullmatch(name)), "variants", name,
+                   "names of letters, digits and underscores (not starting with a digit), at most 64 long")
+        if self.variants:
+            check(self.aggregate.baseline in self.variants, "aggregate.baseline", self.aggregate.baseline,
+                   ", ".join(self.variants))
+            for key, names, default in (("aggregate.fallback_baselines", self.aggregate.fallback_baselines,
+                                         DEFAULT_FALLBACKS), ("aggregate.ours", self.aggregate.ours, DEFAULT_OURS)):
+                for name in names if tuple(names) != default else ():
+                    check(name in self.variants, key, name, ", ".join(self.variants))
+        for name in self.profile.variants:
+            check(name in self.variants, "profile.variants", name, ", ".join(self.variants) or "(no variants)")
+        # Checked at load, so the env stage refuses it before the parity reference the search needs has run.
+        if self.search.start != SearchParams.start:  # set by the user: a matrix without the default need not search
+            check(self.search.start in self.variants, "search.start", self.search.start, ", ".join(self.variants))
+        parity = [("parity.reference", self.parity.reference)] if self.parity.variants else []
+        for key, name in [*parity, *(("parity.variants", n) for n in self.parity.variants)]:
+            check(name in self.variants, key, name, ", ".join(self.variants) or "(no variants)")
+            check(self.variants[name].parallel == "none", key, name,
+                   "a one-process variant (parity trains in one process; run a parallel variant's one-process counterpart)")
+        for where, settings in [("", self.run), *((f"variants.{n}.", s) for n, s in self.variants.items())]:
+            check_combination(where, settings, self.batch_size(settings))
+
+    def batch_size(self, settings: RunSettings) -> int:
+        """Sequences per optimizer step under these settings."""
+        return settings.batch_size or self.train.batch_size
+
+
+def variant_from(given: str | None, stage: str | None, p: Params, kind: str = "bench") -> str:
+    """The variant to run: --variant, else the part of DVC_STAGE after `<kind>@`; it must be in params."""
+    name = given
+    if name is None:
+        if not stage or f"{kind}@" not in stage:
+            raise LabError(f"no variant given: pass --variant NAME, or run as the DVC stage {kind}@NAME")
+        name = stage.split(f"{kind}@", 1)[1]
+    if name not in p.variants:
+        raise LabError(f"variant {shown(name)} is not in params.yaml; valid: {', '.join(p.variants)}")
+    return name
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    """Check one YAML value against a type hint, recursing into dataclasses, lists and dicts."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):  # `int | None`: None, or a value of the other type
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(hint) if a is not type(None)]
+        return _convert(value, inner, key)
+    if origin is Literal:
+        choices = get_args(hint)
+        if value not in choices:
+            raise LabError(f"{key}={shown(value)} is not valid; expected one of: {', '.join(map(str, choices))}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise LabError(f"{key}={shown(value)} is not valid; expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LabError(f"{key}={shown(value)} is not valid; expected an integer")
+        return value
+    if hint is float:
+        # PyYAML reads YAML 1.1, where `6e-05` (no dot, as `dvc exp run -S` writes
+        # it) is a string; accept what YAML 1.2 and Python call a number.
+        if isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
+            return float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LabError(f"{key}={shown(value)} is not valid; expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise LabError(f"{key}={shown(value)} is not valid; expected a string")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise LabError(f"{key}={shown(value)} is not valid; expected a list")
+        (item,) = get_args(hint)
+        return [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise LabError(f"{key}={shown(value)} is not valid; expected a mapping")
+        _, item = get_args(hint)
+        return {str(k): _convert(v, item, f"{key}.{cut(str(k))}") for k, v in value.items()}
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        return parse(hint, value, key)
+    raise TypeError(f"no conversion for {hint!r} at {key}")  # a bug in this module, not the user's
+
+
+def parse(cls: type, data: Any, prefix: str = "") -> Any:
+    """A dataclass from a mapping: unknown keys, wrong types and bad values raise LabError."""
+    where = prefix or "params.yaml"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise LabError(f"{where} must be a mapping, got {shown(data)}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    for key, value in data.items():
+        instead = old_knob_error(key, value) if cls is RunSettings else None
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if instead:
+            raise LabError(f"{cut(full)}={shown(value)} is not valid: the optimizer knob replaced fused_adamw, "
+                           f"adam_state, compile_update and weight_dtype=bf16_sr; write {instead}")
+        if key not in names:
+            under = f" under {cut(prefix)}" if prefix else ""
+            raise LabError(f"unknown key {shown(full)}; valid keys{under}: {', '.join(names)}")
+    kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def parse_params(data: Any) -> Params:
+    """Params from params.yaml's mapping, with the chosen preset's values in place (benchlab.core.presets).
+
+    params.yaml's own values are checked, then each preset's as they would be used, so a bad value in any
+    preset is named (`presets.<name>: ...`) before any work, whichever preset is chosen.
+    """
+    if not isinstance(data, dict):
+        raise LabError(f"params.yaml must be a mapping, got {shown(data)}")
+    name, resolved, _ = presets.resolve(data)
+    base = {k: v for k, v in data.items() if k not in ("preset", "presets")}
+    chosen = _parse_resolved(base, "cpu")
+    for other, values in (data.get("presets") or {}).items():
+        try:
+            parsed = _parse_resolved(presets.merged(base, values or {}), str(other))
+        except LabError as err:
+            raise LabError(f"presets.{cut(str(other))}: {err}") from None
+        if other == name:
+            chosen = parsed
+    return chosen
+
+
+def _parse_resolved(data: dict, preset: str) -> Params:
+    """Params from a mapping with no preset keys left: the knobs at the top level are gathered into `run`."""
+    if "run" in data:
+        raise LabError(f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}")
+    if "batch_size" in data:
+        raise LabError("batch_size=... at the top level is not valid; set train.batch_size (variants set batch_size)")
+    knobs = {k: v for k, v in data.items() if k in KNOBS or k in REPLACED_KNOBS}  # the latter: to name the new one
+    rest = {k: v for k, v in data.items() if k not in knobs}
+    sections = {f.name for f in fields(Params)} - {"run", "preset"}
+    for key in rest:
+        if key not in sections:
+            valid = ", ".join(sorted(sections | {"preset", "presets"} | set(KNOBS) - {"batch_size"}))
+            raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
+    hints = get_type_hints(Params)
+    kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
+    return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and check params.yaml; any problem raises LabError naming the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise LabError(f"{path} not found; run from the repository root")
+    data = read_yaml(path)
+    if isinstance(data, dict) and data.get("preset", "cpu") != "cpu":
+        presets.overruled(data, committed_yaml(path))  # a value the user set that the preset would replace
+    return parse_params(data)
+
+
+def committed_yaml(path: Path) -> Any:
+    """A YAML file as the last commit holds it; None outside a git checkout, or where HEAD has no such file."""
+    try:
+        proc = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent, capture_output=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        return yaml.safe_load(proc.stdout.decode("utf-8")) if proc.returncode == 0 else None
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def corpus_param(path: str | Path = "params.yaml") -> str:
+    """params.yaml's data.corpus alone, checked to be a string, for a stage that reads no other param (no preset
+    can set it: benchlab.core.presets.FIXED)."""
+    data = read_yaml(path)
+    section = data.get("data") if isinstance(data, dict) else None
+    value = section.get("corpus", DataParams.corpus) if isinstance(section, dict) else DataParams.corpus
+    return _convert(value, str, "data.corpus")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file the lab reads (params.yaml), as UTF-8 whatever the locale. Text that is not YAML is refused
+    naming its line, and so is a key given twice in one mapping, which YAML would let the second silently win.
+
+    Through DVC a key given twice never gets here: DVC reads params.yaml itself before any stage runs and
+    refuses it in its own message of a dozen lines. This line is what a direct stage run says."""
+    path = Path(path)
+    try:
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise LabError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    try:
+        node = loader.get_single_node()
+        _refuse_twice(node, path)
+        return loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
+    finally:
+        loader.dispose()
+
+
+def _refuse_twice(node: yaml.Node | None, path: Path) -> None:
+    """Refuse a key that one mapping under `node` gives twice, naming it by its dotted path and both lines."""
+    todo, seen_nodes = [(node, "")], set()
+    while todo:
+        node, where = todo.pop()
+        if node is None or id(node) in seen_nodes:  # an alias repeats a node: once is enough
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += [(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, value in node.value:
+                name = f"{where}.{key.value}" if where else str(key.value)
+                line = key.start_mark.line + 1
+                if name in lines and isinstance(key, yaml.ScalarNode):
+                    raise LabError(f"{path} gives {cut(name)} twice (lines {lines[name]} and {line}): YAML would "
+                                   "silently keep the second; delete one")
+                lines[name] = line
+                todo.append((value, name))

@@ -1,0 +1,355 @@
+"""Every optimization is applied here, from outside the model, in one fixed order: `benchlab.core.knobs.STEPS`, the one
+list of it (the knob table numbers each knob's steps by their place there, and a test holds `apply` to it).
+
+The attention kernel is the model's constructor's (`benchlab.run.build_model`); then `apply` places the model on its device in
+the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
+chooses how compiled backward replays random ops), applies data parallelism (FSDP2's fully_shard on every block and
+on the model; DDP goes around the loss head's module), builds the loss head, wrapped whole by torch.compile (with its
+mode), makes the optimizer (for-loop, fused, compiled, 8-bit or stochastically rounding AdamW, over the sharded
+parameters, with gradient clipping folded into the fused kernel when asked, the update compiled for adamw_compiled),
+and last the fp16 GradScaler (autocast itself is entered around each step's forward).
+
+The order is torchtitan's: float8 swaps modules before checkpointing wraps them, fully_shard wraps the checkpointed
+blocks, and compile sees the final module tree, calling through DDP (whose graph it splits at bucket boundaries, so
+all-reduce overlaps backward). Under FSDP2, compile goes on each block's forward just before fully_shard instead, so
+that FSDP2's hooks stay outside the graphs (torchtitan's order too), and on the output layer with its cross-entropy,
+called after the model's body. DDP must wrap the module the step calls, the loss head, since the chunked and fused
+heads call the model's body, not its forward."""
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch._functorch.config
+import torch.distributed
+import torch.nn as nn
+
+from benchlab.core.sections import DeviceChoice, TrainParams
+from benchlab.run.env import package_version
+from benchlab.core.errors import LabError
+from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings, unsupported_reason
+from benchlab.core.skips import DeviceFacts
+from model.gpt import GPT
+
+
+def resolve_device(choice: DeviceChoice) -> torch.device:
+    """auto picks CUDA when there is one; asking for CUDA without one is an error."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise LabError(f"device='cuda' but torch {torch.__version__} ({build}) sees no CUDA GPU; install a CUDA build "
+                       "of torch (README, On your GPU), or use device=auto or device=cpu (preset=cpu)")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def device_facts(device: torch.device) -> DeviceFacts:
+    """What this device and this Python can run, for the knobs' checks."""
+    installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel",
+                                                                             "cut_cross_entropy")}
+    if device.type == "cpu":
+        return DeviceFacts(kind="cpu", name="cpu", cxx=shutil.which(os.environ.get("CXX", "g++")) is not None,
+                           torchao=installed["torchao"], cpu_count=os.cpu_count() or 1)
+    return DeviceFacts(
+        kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
+        bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
+        liger=installed["liger_kernel"], liger_version=package_version("liger-kernel"),
+        cce=installed["cut_cross_entropy"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
+    )
+
+
+def why_not(settings: RunSettings, device: torch.device) -> str | None:
+    """Why these settings cannot run on this device, or None when they can."""
+    return unsupported_reason(settings, device_facts(device))
+
+
+def place(model: GPT, settings: RunSettings, device: torch.device) -> GPT:
+    """The model on its device, its parameters in weight_dtype."""
+    return model.to(device, dtype=None if settings.weight_dtype == "fp32" else torch.bfloat16)
+
+
+def set_tf32(settings: RunSettings, device: torch.device) -> None:
+    """TF32 off only for the pure-fp32 recipe; on for tf32, and for what autocast leaves in fp32. CUDA's flag: on a
+    CPU nothing is set."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("highest" if settings.precision == "fp32" else "high")
+
+
+# Which Linear layers `fp8` swaps, by their name in the model (torchao's module_filter_fn sees the fqn).
+FP8_LAYERS: dict[str, Callable[[str], bool]] = {
+    "blocks": lambda fqn: fqn.startswith("blocks."),
+    "head": lambda fqn: fqn == "lm_head",
+    "all": lambda fqn: fqn.startswith("blocks.") or fqn == "lm_head",
+}
+
+
+def to_float8(model: GPT, which: str) -> None:
+    """The chosen Linear layers compute in float8 (tensorwise scales). torchao's swap keeps the module's own
+    weight Parameter, so the output head stays tied to the token embedding."""
+    from torchao.float8 import convert_to_float8_training
+
+    chosen = FP8_LAYERS[which]
+    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: chosen(fqn))
+
+
+def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+    """Selective checkpointing: save what matmuls and attention produce, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    keep = op in _SAVED_OPS
+    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+_SAVED_OPS = {
+    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def checkpoint_blocks(model: GPT, mode: str) -> None:
+    """Wrap every block so backward recomputes it (full) or its cheap ops only (selective)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    kwargs = {} if mode == "full" else {"context_fn": partial(create_selective_checkpoint_contexts, _keep_matmuls)}
+    for i, block in enumerate(model.blocks):
+        # The wrapper strips its own prefix from state_dict keys, so checkpoints stay loadable.
+        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False, **kwargs)
+
+
+def rng_replay(settings: RunSettings) -> None:
+    """How compiled, checkpointed blocks replay their random ops' state in backward (SDPA's kernels, flash or
+    cuDNN, are tagged random: they take a dropout seed, unused here). torch's default wraps each such op in the
+    CUDA-graph-safe `graphsafe_run_with_rng_state`, which torch 2.11's FX graph cache refuses: on the H200 every fresh
+    process compiled `lean` again, 18 to 22 s of warm-up against the recipe's 2 s (`results/h200-cache/`;
+    pytorch/pytorch #185562 makes it cacheable in later releases). Without CUDA graphs the plain
+    `run_and_save_rng_state` pair serves as well and is cached; under them the graph-safe form stays, as torch
+    requires. The flag is global and read when a graph is built (the first step after `apply`); every run sets it."""
+    torch._functorch.config.graphsafe_rng_functionalization = (
+        settings.activation_checkpointing == "none" or settings.compile_mode in CUDA_GRAPH_MODES)
+
+
+def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
+    """AdamW with decay on matrices only (as GPT-2 trainers do), the implementation `settings.optimizer` names.
+    torchao's optimizers and the compiled update keep the learning rate as a tensor, which `set_lr` fills."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    betas = (0.9, 0.95)
+    match settings.optimizer:
+        case "adamw":  # foreach=False: the plain per-parameter loop, the unoptimized baseline
+            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, foreach=False, fused=False)
+        case "adamw_fused":
+            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, fused=True)
+        case "adamw_compiled":
+            # For torch.compile (`apply` compiles the update): torch picks the implementation (foreach on a GPU,
+            # which dynamo traces whole and makes capturable), and the learning rate is a tensor on the device: as
+            # a float it would be a constant of the graph, compiled again each time the schedule changes it.
+            return torch.optim.AdamW(groups, lr=torch.tensor(train.lr, device=params[0].device), betas=betas)
+        case "adamw_8bit":
+            from torchao.optim import AdamW8bit
+
+            return AdamW8bit(groups, lr=train.lr, betas=betas)
+        case "adamw_bf16_sr":
+            from benchlab.run.adamw_bf16_sr import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
+
+            return OneCallAdamW(groups, lr=train.lr, betas=betas)
+    raise LabError(f"optimizer={settings.optimizer!r} is not one this lab makes")  # params.yaml's check refuses it
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's learning rate; torchao's optimizers keep it as a tensor (so their step is not recompiled
+    when it changes) and refuse a plain float."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
+    """torch.compile with the run's mode, or None for eager."""
+    return in_mode(settings) if settings.compile else None
+
+
+def in_mode(settings: RunSettings) -> "partial[nn.Module]":
+    """torch.compile with the run's compile_mode."""
+    return partial(torch.compile, mode=None if settings.compile_mode == "default" else settings.compile_mode)
+
+
+def compile_blocks(model: GPT, settings: RunSettings) -> None:
+    """FSDP2 with compile: each block's forward is compiled before fully_shard, as torchtitan does, and the loss
+    head runs eagerly. Compiled from outside, the model's graph broke at FSDP2's hooks around every block; on two
+    H200s that run reached 39% of DDP's tokens/s with 58% of kernel time in waiting NCCL kernels. Compiling
+    `forward`, not the module's call, keeps FSDP2's hooks (in `__call__`) outside the graph and the
+    state_dict's keys unchanged."""
+    compile_fn = compiler(settings)
+    assert compile_fn is not None
+    for block in model.blocks:
+        block.forward = compile_fn(block.forward)
+
+
+def block_units(blocks: list[nn.Module], per_unit: int) -> list[list[nn.Module]]:
+    """Consecutive blocks, `per_unit` to a unit (the last one may hold fewer); none for 0."""
+    if per_unit == 0:
+        return []
+    return [blocks[i : i + per_unit] for i in range(0, len(blocks), per_unit)]
+
+
+def shard(model: GPT, settings: RunSettings, device: torch.device) -> None:
+    """FSDP2: every `fsdp_blocks_per_unit` consecutive blocks are one all-gather / reduce-scatter unit (each
+    block its own by default; 0: none), the model's remaining layers the root unit.
+
+    Parameters are gathered in `fsdp_param_dtype` and gradients reduced in fp32.
+    The chunked and fused heads call `features`, not `forward`; it is registered
+    so that it, too, gathers the root's parameters.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    param_dtype = torch.bfloat16 if settings.fsdp_param_dtype == "bf16" else None
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for unit in block_units(list(model.blocks), settings.fsdp_blocks_per_unit):
+        fully_shard(unit[0] if len(unit) == 1 else unit, mesh=mesh, mp_policy=policy, reshard_after_forward=settings.fsdp_reshard_after_forward)
+    # The root's layers (embeddings, tied output head) stay gathered from forward into backward: `forward`
+    # calls `features`, and a reshard when `features` returned would leave the head with its shard only.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    register_fsdp_forward_method(model, "features")
+
+
+def ddp(settings: RunSettings, device: torch.device) -> Callable[[nn.Module], nn.Module]:
+    """DistributedDataParallel with the run's bucket size and communication hook; the model's buffers (attention
+    masks) never change, so they are not broadcast every step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def wrap(module: nn.Module) -> nn.Module:
+        wrapped = DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=settings.ddp_bucket_mb,
+            gradient_as_bucket_view=settings.ddp_grad_as_bucket_view, broadcast_buffers=False)
+        if settings.ddp_comm_hook == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+            wrapped.register_comm_hook(None, bf16_compress_hook)  # state None: the default process group
+        return wrapped
+
+    return wrap
+
+
+def wrapper(settings: RunSettings, device: torch.device) -> "Callable[[nn.Module], nn.Module]":
+    """What wraps the loss head's module: DDP (ddp), then torch.compile (compile), each only when asked; under
+    FSDP2 nothing (its blocks were compiled one by one, `compile_blocks`, and a standard or inline head is
+    compiled apart from the body, `BodyThenHead`)."""
+    outer = compiler(settings) if settings.parallel != "fsdp2" else None
+    outer = outer or (lambda module: module)
+    if settings.parallel != "ddp":
+        return outer
+    inner = ddp(settings, device)
+    return lambda module: outer(inner(module))
+
+
+def autocast_dtype(settings: RunSettings) -> torch.dtype | None:
+    """The dtype autocast runs matmuls in under these settings; None where there is no autocast."""
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(settings.precision)
+
+
+@dataclass
+class TrainingRun:
+    """A model ready to train: the raw module to save and evaluate, the loss to step through, and how to step."""
+
+    model: GPT  # raw module (sharded in place under FSDP2): save and evaluate this one
+    loss: LossFn  # (idx, targets) -> mean loss, compiled or eager, with the run's loss head
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    device: torch.device
+    settings: RunSettings
+    update: Callable[[float], None] = field(init=False)  # the training step's update: clip_and_step, or compiled
+
+    def __post_init__(self) -> None:
+        self.update = self.clip_and_step  # `apply` compiles it for optimizer=adamw_compiled
+
+    def clip_gradients(self, max_norm: float) -> None:
+        """Limit the gradients' global 2-norm to max_norm (0: no clipping), as torch's clip_grad_norm_ does.
+
+        With fused_clip the factor is not applied here: fused AdamW's kernel divides each gradient by its
+        `grad_scale` as it reads it (the attribute torch's GradScaler sets for the fp16 case), so the pass that
+        rescales every gradient in memory is saved. clip_grad_norm_ multiplies by max_norm / (norm + 1e-6) where
+        that is below 1; the kernel divides by the inverse, which differs from it by rounding only."""
+        if max_norm <= 0:
+            return
+        if not self.settings.fused_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            return
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True).float()  # the kernel takes an fp32 scale
+        self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # type: ignore[attr-defined]
+
+    def clip_and_step(self, max_norm: float) -> None:
+        """The optimizer update without a GradScaler: clip the gradients, then step. optimizer=adamw_compiled
+        compiles this (dynamo splits it at the optimizer's own graph breaks: clipping and the step become two graphs)."""
+        self.clip_gradients(max_norm)
+        self.optimizer.step()
+
+    def autocast(self) -> AbstractContextManager:
+        dtype = autocast_dtype(self.settings)
+        if dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+
+def make_scaler(settings: RunSettings, device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 needs loss scaling (its 5-bit exponent underflows small gradients); nothing else does."""
+    return torch.amp.GradScaler(device.type) if settings.precision == "fp16" else None
+
+
+def parallelize(model: GPT, settings: RunSettings, device: torch.device) -> None:
+    """FSDP2: compile each block's forward (with compile), then shard the model; DDP wraps the loss head's module
+    later (`wrapper`). A parallel run needs the process group torchrun's ranks joined."""
+    if settings.parallel != "none" and not torch.distributed.is_initialized():
+        raise LabError(f"parallel={settings.parallel} runs under torchrun (the bench stage starts it); "
+                       "this process joined no process group")
+    if settings.parallel == "fsdp2":
+        if settings.compile:
+            compile_blocks(model, settings)
+        shard(model, settings, device)
+
+
+def loss_head(model: GPT, settings: RunSettings, device: torch.device) -> LossFn:
+    """The loss the step calls: the chosen head, wrapped by DDP and torch.compile as asked (under FSDP2 with
+    compile, a standard or inline head is compiled apart from the body)."""
+    if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
+        return BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
+    return loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
+                   chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
+
+
+def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
+    """Apply the settings to a freshly built model, one step of `benchlab.core.knobs.STEPS` after another."""
+    reason = why_not(settings, device)
+    if reason:
+        raise LabError(reason)
+    model = place(model, settings, device)
+    set_tf32(settings, device)
+    if settings.fp8 != "none":
+        to_float8(model, settings.fp8)
+    if settings.activation_checkpointing != "none":
+        checkpoint_blocks(model, settings.activation_checkpointing)
+    rng_replay(settings)
+    parallelize(model, settings, device)
+    loss = loss_head(model, settings, device)
+    optimizer = make_optimizer(model, settings, train)
+    run = TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)
+    if settings.optimizer == "adamw_compiled":
+        run.update = in_mode(settings)(run.clip_and_step)
+    return run

@@ -1,0 +1,334 @@
+"""One training run under given settings, timed by the harness.
+
+The train stage, every variant stage and the profile stage call `train_once`
+(the profiler through its `on_step` hook), so they share one training step,
+one learning-rate schedule and one way of feeding batches. Which process a
+run happens in (this one, a fresh one per repeat, torchrun's ranks) is
+benchlab/run/launch.py's business.
+
+Under torchrun every rank draws the same global batch (the same seed) and
+trains on its slice of it (`rank_slice`), so the ranks together see exactly
+the batch one process would.
+"""
+
+import gc
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from benchlab.run import dist
+from benchlab.run import harness
+from benchlab.core import parent_watch
+from benchlab.run import power
+from benchlab.run.build_model import fresh_model
+from benchlab.core.params import Params
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.run.data import BatchStream, TokenData, check_fits, eval_batches
+from benchlab.core.errors import LabError
+from benchlab.run.apply_knobs import TrainingRun, apply, set_lr
+
+
+class Diverged(Exception):
+    """The loss became NaN or Inf."""
+
+    def __init__(self, step: int, loss: float) -> None:
+        super().__init__(f"loss became {loss} at step {step}")
+        self.step, self.loss = step, loss
+
+
+@dataclass
+class RunRecord:
+    """What one run measured. Timing fields cover the steps after `warmup_steps`."""
+
+    status: str  # ok | diverged | oom | error
+    message: str = ""
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)  # every step, warm-up included (device time on CUDA)
+    warmup_steps: int = 0
+    setup_s: float | None = None  # wall time before the first step: building the model (a repeat: from process start)
+    startup_s: float | None = None  # a repeat: the part of setup_s before the run began (interpreter, imports, CUDA)
+    init_s: float | None = None  # the part of setup_s that built the model and drew its seeded weights on the CPU
+    apply_s: float | None = None  # the part of setup_s that applied the knobs (device, float8, wrappers, optimizer)
+    warmup_s: float | None = None  # wall time of the warm-up steps (compilation included)
+    eval_s: float | None = None  # wall time of the validation loss
+    exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
+    first_step_ms: float | None = None
+    window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
+    memory: dict = field(default_factory=dict)
+    mem_growth_mb: float | None = None  # memory held after the last timed step minus after the first
+    skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
+    diverged_step: int | None = None
+    val_loss: float | None = None
+    neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
+    world_size: int = 1  # ranks that trained together; the figures above are combined over them
+    rank_peak_mb: list[float] = field(default_factory=list)  # each rank's peak memory (allocated on CUDA, else RSS)
+    # The GPU board's mean power and energy over the timed window (summed over ranks), or None where the driver
+    # reports none; power_note then says why (benchlab/run/power.py).
+    power_w: float | None = None
+    energy_j: float | None = None
+    power_note: str = ""
+    run: TrainingRun | None = None  # the trained model, for the train stage to save; never serialized
+
+    @property
+    def timed_ms(self) -> list[float]:
+        return self.step_ms[self.warmup_steps :]
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunRecord":
+        return cls(**json.loads(text))
+
+
+def lr_at(step: int, total: int, p: Params) -> float:
+    """Linear warm-up to train.lr, then cosine decay to train.min_lr at the last step."""
+    warm = min(p.train.lr_warmup_steps, total - 1)
+    if step < warm:
+        return p.train.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, total - 1 - warm)
+    return p.train.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (p.train.lr - p.train.min_lr)
+
+
+def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: float, micro_batches: int = 1) -> torch.Tensor:
+    """One optimizer step over a batch split into `micro_batches`; returns the batch's mean loss (detached)."""
+    total: torch.Tensor | None = None
+    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+        if run.settings.compile_mode in CUDA_GRAPH_MODES:
+            torch.compiler.cudagraph_mark_step_begin()  # the graphs' outputs of the last step may be reused
+        with run.autocast():
+            loss = run.loss(xs, ys) / micro_batches
+        (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    if run.scaler is not None:
+        run.scaler.unscale_(run.optimizer)
+        run.clip_gradients(grad_clip)
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+    else:
+        run.update(grad_clip)
+    run.optimizer.zero_grad(set_to_none=True)
+    assert total is not None
+    return total
+
+
+def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy a batch to the device without stalling the host.
+
+    From pageable memory a "non_blocking" copy is not: CUDA first waits for the
+    stream to drain, so the host loses its lead and the next step's kernels
+    start late (the step-time tail on fast GPUs). From pinned memory the copy
+    is queued like a kernel.
+    """
+    if device.type != "cuda":
+        return batch
+    return tuple(t.pin_memory().to(device, non_blocking=True) for t in batch)  # type: ignore[return-value]
+
+
+class LossReader:
+    """Reads each step's loss one step late, so the host never stalls the GPU queue.
+
+    On CUDA the loss is copied into pinned host memory behind an event; waiting
+    on that event waits for that step only, not for the step queued after it
+    (a plain `.item()` would, being stream-ordered). A NaN or Inf still stops
+    the run one step after it appears.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pending: tuple[int, torch.Tensor, torch.cuda.Event | None] | None = None
+        self.values: list[float] = []
+
+    def push(self, step: int, loss: torch.Tensor) -> None:
+        """Queue this step's loss, then read the previous one."""
+        if self.cuda:
+            host = torch.empty((), dtype=loss.dtype, pin_memory=True)
+            host.copy_(loss, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            entry = (step, host, event)
+        else:
+            entry = (step, loss, None)
+        self.flush()
+        self.pending = entry
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        step, value, event = self.pending
+        self.pending = None
+        if event is not None:
+            event.synchronize()
+        self.values.append(float(value.item()))
+        if not math.isfinite(self.values[-1]):
+            raise Diverged(step, self.values[-1])
+
+
+def skipped_steps(scales: list[torch.Tensor]) -> int | None:
+    """fp16: how many steps the GradScaler skipped; a skipped step lowers the scale (initially 65536)."""
+    if not scales:
+        return None
+    s = torch.stack(scales).float().cpu().numpy()
+    return int((s[1:] < s[:-1]).sum() + (s[0] < 65536.0))
+
+
+def rank_slice(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's contiguous share of the global batch: rows rank*B/world up to (rank+1)*B/world."""
+    share = batch[0].size(0) // world
+    return tuple(t[rank * share : (rank + 1) * share] for t in batch)  # type: ignore[return-value]
+
+
+def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
+          progress: str | None, on_step: Callable[[], None] | None, data_seed: int,
+          meter: power.EnergyMeter) -> None:
+    device = run.device
+    settings = run.settings
+    stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, data_seed)
+    rank, world = (dist.rank(), dist.world_size()) if dist.active() else (0, 1)
+    clock = harness.StepClock(device)
+    reader = LossReader(device)
+    neighbours = harness.Neighbours(device)
+    rec.losses = reader.values
+    scales: list[torch.Tensor] = []
+    held: list[float] = []
+    t_start = t_window = time.perf_counter()
+    for step in tqdm(range(steps), desc=progress, unit="step", disable=progress is None, mininterval=5.0,
+                     file=sys.stdout):
+        parent_watch.at(f"step {step} of {steps}")
+        if step == warmup:
+            harness.reset_peaks(device)  # synchronizes: the warm-up is finished
+            rec.warmup_s = time.perf_counter() - t_start
+            neighbours.start()
+            t_window = time.perf_counter()
+            meter.start()
+        lr = lr_at(step, steps, p)
+        set_lr(run.optimizer, lr)
+        x, y = to_device(rank_slice(stream.next(), rank, world), device)
+        clock.start()
+        loss = train_step(run, x, y, p.train.grad_clip, settings.grad_accum)
+        clock.stop()
+        if run.scaler is not None:
+            scales.append(run.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
+        reader.push(step, loss)
+        rec.lrs.append(lr)
+        if step >= warmup:
+            held.append(harness.current_mb(device))
+        if on_step is not None:
+            on_step()
+    reader.flush()
+    harness.sync(device)
+    rec.window_wall_ms = (time.perf_counter() - t_window) * 1000.0
+    reading = meter.stop()
+    rec.power_w, rec.energy_j, rec.power_note = reading.power_w, reading.energy_j, reading.note
+    rec.neighbours = neighbours.finish()
+    rec.step_ms = clock.times_ms()
+    rec.first_step_ms = rec.step_ms[0]
+    rec.memory = harness.peaks(device)
+    rec.mem_growth_mb = held[-1] - held[0] if held else None
+    rec.skipped_steps = skipped_steps(scales)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.device,
+             autocast: AbstractContextManager | None = None) -> float:
+    """Mean cross-entropy over the fixed validation batches (in the given autocast, if any)."""
+    model.eval()
+    losses = []
+    for x, y in eval_batches(data.val, p.eval.batches, p.train.batch_size, p.train.block_size):
+        with autocast or nullcontext():
+            _, loss = model(x.to(device), y.to(device))
+        losses.append(loss.float().item())
+    model.train()
+    return float(np.mean(losses))
+
+
+def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device, steps: int, warmup: int,
+               keep_model: bool = False, progress: str | None = None,
+               on_step: Callable[[], None] | None = None, keep_going: bool = False,
+               data_seed: int | None = None, memory_cap_gib: float | None = None) -> RunRecord:
+    """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
+
+    The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
+    parity can train one model on two orders. `memory_cap_gib` (default: bench.memory_cap_gib; 0: none) caps
+    what torch may allocate on a GPU, so a larger card answers for a smaller one; an OOM then records the
+    memory at which the run stopped.
+
+    `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
+    `keep_going` records a library error as status `error` instead of raising it (the matrix's variants).
+    """
+    rec = RunRecord(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
+    if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
+        raise LabError(f"batch_size={p.batch_size(settings)} does not split over {rec.world_size} ranks x "
+                       f"grad_accum={settings.grad_accum}; pick a global batch that is a multiple of {rec.world_size * settings.grad_accum}")
+    check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
+    check_fits(data.val, p.train.block_size, "validation")
+    cap = p.bench.memory_cap_gib if memory_cap_gib is None else memory_cap_gib
+    harness.cap_memory(device, cap)  # before the first allocation, so the run starts under it
+    run: TrainingRun | None = None
+    try:
+        began = time.perf_counter()
+        model = fresh_model(p, settings, data.vocab_size)  # the same initial weights on every device
+        rec.init_s = time.perf_counter() - began
+        run = apply(model, settings, device, p.train)
+        rec.setup_s = time.perf_counter() - began
+        rec.apply_s = rec.setup_s - rec.init_s
+        with power.EnergyMeter(run.device) as meter:  # closed however the loop ends (a sampling thread, NVML)
+            seed = p.seed if data_seed is None else data_seed
+            _loop(run, p, data, steps, warmup, rec, progress, on_step, seed, meter)
+        began = time.perf_counter()
+        rec.val_loss = evaluate(run.model, p, data, device, run.autocast())
+        rec.eval_s = time.perf_counter() - began
+        if not math.isfinite(rec.val_loss):  # the last update broke the weights: no result, as for a NaN step
+            loss, rec.val_loss = rec.val_loss, None
+            raise Diverged(steps, loss)
+        if keep_model:
+            rec.run = run
+    except Diverged as err:
+        rec.status, rec.message, rec.diverged_step = "diverged", str(err), err.step
+    except torch.OutOfMemoryError as err:
+        rec.status = "oom"
+        print(f"out of memory: {err}", file=sys.stderr)  # torch's whole text to the log; the record keeps one line
+        rec.memory = harness.peaks(device)  # how far it got: where a smaller card stops
+        rec.message = oom_message(p.batch_size(settings), cap, rec.memory, err)
+    except Exception as err:  # noqa: BLE001 - recorded, not swallowed: the row shows it
+        if not keep_going or isinstance(err, (LabError, parent_watch.Stopped)):
+            raise
+        # A library's kernel or compiler failing on this knob (torchao, liger, inductor) is a result
+        # of the matrix, recorded with its first line; the other variants still run.
+        rec.status, rec.message = "error", f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+    finally:
+        if not keep_model:
+            del run
+            release(device)
+    return rec
+
+
+def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str:
+    """One line: what ran out, at which batch, under which cap, the memory held and the allocation that failed.
+
+    e.g. "out of memory at batch size 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for".
+    A part torch's text or the memory reading does not give is left out; the whole text goes to the stage's log."""
+    cap = f" under a {cap_gib:g} GiB cap" if cap_gib > 0 else ""
+    held = memory.get("peak_mem_allocated_mb")
+    asked = re.search(r"Tried to allocate (\S+ (?:bytes|[KMGT]iB))", str(err))  # torch's format_size
+    parts = [f"{held:,.0f} MiB allocated" if held is not None else "",
+             f"{asked[1]} more was asked for" if asked else ""]
+    detail = " when ".join(part for part in parts if part)
+    return f"out of memory at batch size {batch}{cap}" + (f": {detail}" if detail else "")
+
+
+def release(device: torch.device) -> None:
+    """Free what a finished run held so the next run starts from an empty device."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,292 @@
+"""The search: which knobs, from a start (the recipe), make this model fastest, or leanest, on this device.
+
+Everything here is plain Python over `RunSettings`. What needs a device is handed in: `screen` (one short
+timed run of a candidate, on the stage's screening worker), `repeat` (one full bench run in a fresh process)
+and `judge` (the parity check); the tests drive the search with fakes of all three.
+
+1. **Warm starts.** The start, then the best answers known for this device: the variants of
+   `aggregate.ours` and what earlier searches found on this device at other model sizes, each as its
+   changes to the start. They are screened first.
+2. **Moves,** for each goal around its best warm point (fastest: the most tokens/s; lean: the least peak
+   memory at `lean_floor` of the start's tokens/s or more): every other value of every searched knob, one at
+   a time. A search for speed never moves a knob back to its unoptimized value (the knob table's default)
+   where the start has left it, nor splits the batch into more micro-batches; a search for memory may. A
+   move the knobs' rules refuse for a missing partner is retried with the partner the refusal names.
+3. **Combine,** greedily: from the best move, add each other move that helped, best first; keep a change
+   when it helps again.
+4. **Confirm.** The best `confirm` candidates of each goal run `repeats` times more, each in a fresh process;
+   their median ranks them.
+5. **Parity.** Down that ranking, the first that learns the same as the reference is the goal's answer.
+6. **The front.** Every measured candidate not beaten on both tokens/s and peak memory by another, those that
+   failed parity left out; its points are judged for parity while the budget lasts (`front.py`).
+
+`budget_s` bounds the whole search: screening stops early enough to leave the confirmation and parity runs
+their measured (or, before any, estimated) cost. Every run is appended to the journal as it ends, so a search
+that is stopped and started again repeats nothing it finished and keeps the budget it had spent.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from benchlab.core.knobs import RunSettings
+from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner
+
+GOALS = ("fastest", "lean")
+
+
+Measure = Callable[[Candidate, RunSettings], Run]
+
+
+@dataclass(frozen=True)
+class Limits:
+    budget_s: float
+    max_candidates: int
+    confirm: int
+    repeats: int
+    lean_floor: float
+    parity_tokens: float = 0.0  # tokens one parity run trains: with the start's speed, what a verdict costs
+
+
+@dataclass(frozen=True)
+class Warm:
+    """A known answer to screen first: its label (where it came from) and its settings."""
+
+    label: str
+    settings: RunSettings
+
+
+class Search:
+    def __init__(self, start: RunSettings, rules: Rules, screen: Measure, repeat: Measure, judge: Measure,
+                 journal: Journal, limits: Limits, batch: int, warm: list[Warm] | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.start, self.rules, self.screen_run, self.repeat_run, self.judge = start, rules, screen, repeat, judge
+        self.journal, self.limits, self.batch, self.warm, self.log = journal, limits, batch, warm or [], log
+        self.paths: dict[str, list[Run]] = {}
+
+    # ---- the budget ----
+
+    def fresh_s(self, start: Run) -> float:
+        """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
+        a process's start and a first compilation)."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
+
+    def verdict_s(self, start: Run) -> float:
+        """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
+        timed = start.extra.get("timed_s") or 0.0
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
+            start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
+
+    def reserve_s(self, start: Run | None) -> float:
+        """What confirmation (the start's and each goal's) and parity will cost, less what has run of them."""
+        if start is None or not start.tokens_per_sec:
+            return 0.0
+        done_confirm = sum(1 for r in self.journal.runs.values() if r.phase == "confirm")
+        done_parity = sum(1 for r in self.journal.runs.values() if r.phase == "parity")
+        confirms = max(0, (len(GOALS) * self.limits.confirm + 1) * self.limits.repeats - done_confirm)  # +1: start
+        verdicts = max(0, len(GOALS) - done_parity)
+        return confirms * self.fresh_s(start) + verdicts * self.verdict_s(start)
+
+    def screening_s(self) -> float:
+        """A screening run's cost: the median so far."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
+
+    def can_screen(self, start: Run | None) -> bool:
+        """Another screening run fits: it, and what confirmation and parity will cost, end within the budget."""
+        if self.journal.measured() >= self.limits.max_candidates:
+            return False
+        return self.journal.spent_s() + self.screening_s() + self.reserve_s(start) <= self.limits.budget_s
+
+    def plan_line(self, start: Run) -> str:
+        """The first line a user reads: what the budget buys at the measured screening cost."""
+        cost = max(start.wall_s, 1e-9)
+        reserve = self.reserve_s(start)
+        left = max(0.0, self.limits.budget_s - self.journal.spent_s() - reserve)
+        return (f"search: budget {self.limits.budget_s:.0f} s: the start's screening run took {start.wall_s:.1f} s, "
+                f"so about {int(left // cost)} more screening runs fit after {reserve:.0f} s kept for "
+                "confirmation and parity")
+
+    # ---- one candidate ----
+
+    def screen(self, cand: Candidate, phase: str, start: Run | None) -> Run | None:
+        """The candidate's screening run: from the journal (any screening phase), refused by the rules, or
+        measured now. None when the budget is spent."""
+        done = self.journal.screened(cand.name)
+        if done is not None:
+            return done
+        settings = cand.settings(self.start)
+        reason = self.rules(settings)
+        if reason:
+            return self.journal.add(Run(cand.name, dict(cand.changes), phase, "refused", message=reason))
+        if start is not None and not self.can_screen(start):
+            return None
+        if start is None and self.journal.spent_s() >= self.limits.budget_s:
+            return None
+        self.log(f"search: {phase} #{self.journal.measured() + 1}: {cand.name}")
+        return self.record(self.screen_run(cand, settings), cand, phase, cand.name)
+
+    def record(self, run: Run, cand: Candidate, phase: str, key: str) -> Run:
+        """A run just made, journaled under its phase and key (a repeat's key numbers it)."""
+        run.name, run.changes, run.phase = key, dict(cand.changes), phase
+        return self.journal.add(run)
+
+    def screen_or_partner(self, cand: Candidate, phase: str, start: Run) -> list[Run]:
+        """Screen a move; a refused one is retried with the partner its refusal names."""
+        run = self.screen(cand, phase, start)
+        if run is None:
+            return []
+        if run.status != "refused":
+            return [run]
+        paired = partner(cand, run.message, self.start, self.rules)
+        again = self.screen(paired, phase, start) if paired is not None else None
+        return [run] + ([again] if again is not None else [])
+
+    # ---- the phases ----
+
+    def run(self) -> dict[str, Any]:
+        start = self.screen(Candidate(), "warm", None)
+        if start is None or start.status != "ok":
+            why = "the budget allowed no run" if start is None else f"{start.status}: {start.message}"
+            return {"status": "failed", "message": f"the start itself did not run ({why})"}
+        self.log(self.plan_line(start))
+        warm = [start]
+        for known in self.warm:
+            cand = changes_from(self.start, known.settings)
+            if cand is not None and (run := self.screen(cand, "warm", start)) is not None:
+                warm.append(run)
+        ranked = {goal: self.around(goal, start, warm) for goal in GOALS}  # all screening first: one worker
+        start = self.confirmed_start(start)
+        answers = {goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS}
+        for goal in GOALS:
+            if answers[goal].get("name") and self.journal.get("found", goal) is None:
+                settings = Candidate(tuple(answers[goal]["changes"].items())).settings(self.start)
+                self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
+        return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front(start)}
+
+    def front(self, start: Run) -> list[Run]:
+        """The measured candidates no other beats on both tokens/s and peak memory, fastest first; each point is
+        judged for parity while the budget has room for a verdict, and one that fails leaves the front."""
+        while True:
+            failed = {n for (phase, n), r in self.journal.runs.items() if phase == "parity" and not r.passed}
+            points = pareto([r for r in self.journal.runs.values()
+                             if r.phase in SCREENING and r.status == "ok" and r.name not in failed])
+            unjudged = [r for r in points if self.journal.get("parity", r.name) is None]
+            if not unjudged or self.journal.spent_s() + self.verdict_s(start) > self.limits.budget_s:
+                return points
+            self.verdict(Candidate(tuple(unjudged[0].changes.items())))
+
+    def around(self, goal: str, start: Run, warm: list[Run]) -> list[Run]:
+        """Moves around the goal's best warm point, then the greedy combination; the best runs, ranked."""
+        points = [r for r in warm if self.eligible(goal, r, start)]
+        base = max(points, key=lambda r: self.score(goal, r)) if points else start
+        base_cand = Candidate(tuple(base.changes.items()))
+        tried: list[Run] = []
+        for cand in moves(base_cand, self.start, goal, self.batch):
+            tried += self.screen_or_partner(cand, "moves", start)
+        better = sorted((r for r in tried if self.eligible(goal, r, start) and self.score(goal, r) > self.score(goal, base)),
+                        key=lambda r: self.score(goal, r), reverse=True)
+        current = better[0] if better else base
+        path = [base] + ([current] if better else [])
+        for other in better[1:]:
+            cand = Candidate(tuple(current.changes.items())).plus(*other.changes.items())
+            if cand.name == current.name:
+                continue
+            run = self.screen(cand, goal, start)
+            if run is None:
+                break
+            tried.append(run)
+            if self.eligible(goal, run, start) and self.score(goal, run) > self.score(goal, current):
+                current = run
+                path.append(run)
+        self.paths[goal] = path
+        pool = {r.name: r for r in [*points, *tried] if self.eligible(goal, r, start)}
+        return sorted(pool.values(), key=lambda r: self.score(goal, r), reverse=True)[: self.limits.confirm]
+
+    def eligible(self, goal: str, run: Run, start: Run) -> bool:
+        if run.status != "ok" or run.tokens_per_sec is None:
+            return False
+        if goal == "lean":
+            return run.peak_mem_mb is not None and \
+                run.tokens_per_sec >= self.limits.lean_floor * float(start.tokens_per_sec or 0)
+        return True
+
+    def score(self, goal: str, run: Run) -> tuple[float, float]:
+        """Larger is better: tokens/s for fastest, then less memory; less peak memory for lean, then tokens/s."""
+        tps, mem = float(run.tokens_per_sec or 0), -float(run.peak_mem_mb or 0)
+        return (tps, mem) if goal == "fastest" else (mem, tps)
+
+    def repeats_of(self, cand: Candidate) -> list[Run]:
+        """The candidate's fresh-process repeats, from the journal or run now."""
+        out = []
+        for i in range(self.limits.repeats):
+            key = f"{cand.name}#{i + 1}"
+            again = self.journal.get("confirm", key)
+            out.append(again or self.record(self.repeat_run(cand, cand.settings(self.start)), cand, "confirm", key))
+        return out
+
+    def confirmed_start(self, start: Run) -> Run:
+        """The start as its answers are compared with it: the median of its own fresh-process repeats (its
+        screening run where there are none), so a ratio never sets a screening run against a fresh process."""
+        ok = [r for r in self.repeats_of(Candidate()) if r.status == "ok"]
+        if not ok:
+            return start
+        return replace(start, tokens_per_sec=statistics.median(float(r.tokens_per_sec or 0) for r in ok),
+                       peak_mem_mb=max(float(r.peak_mem_mb or 0) for r in ok))
+
+    def confirm(self, goal: str, start: Run, ranked: list[Run]) -> dict[str, Any]:
+        """Repeat the best runs in fresh processes, rank them by the repeats' median, give the first that passes
+        parity."""
+        confirmed = []
+        for run in ranked:
+            cand = Candidate(tuple(run.changes.items()))
+            repeats = self.repeats_of(cand)
+            ok = [r for r in repeats if r.status == "ok"] if repeats else [run]
+            if len(ok) < max(1, len(repeats)):
+                continue
+            tps = statistics.median(float(r.tokens_per_sec or 0) for r in ok)
+            mem = max(float(r.peak_mem_mb or 0) for r in ok)
+            floor = self.limits.lean_floor * float(start.tokens_per_sec or 0) if goal == "lean" else 0.0
+            if tps >= floor:
+                confirmed.append((cand, tps, mem))
+        confirmed.sort(key=lambda c: (-c[1], c[2]) if goal == "fastest" else (c[2], -c[1]))
+        for cand, tps, mem in confirmed:
+            verdict = self.verdict(cand)
+            if verdict.passed:
+                return {"name": cand.name, "changes": dict(cand.changes), "tokens_per_sec": tps, "peak_mem_mb": mem,
+                        "ratio_to_start": tps / float(start.tokens_per_sec or 1), "parity": verdict.message}
+        return {"name": None, "message": f"none of the {len(confirmed)} confirmed candidates passed parity"
+                if confirmed else "no candidate was confirmed"}
+
+    def verdict(self, cand: Candidate) -> Run:
+        """The candidate's parity verdict, from the journal or judged now."""
+        done = self.journal.get("parity", cand.name)
+        return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
+
+
+def pareto(runs: list[Run]) -> list[Run]:
+    """The runs no other run beats on both tokens/s (more) and peak memory (less), fastest first; of runs with
+    equal figures, the first."""
+    def beaten(r: Run) -> bool:
+        return any((o.tokens_per_sec or 0) >= (r.tokens_per_sec or 0) and (o.peak_mem_mb or 0) <= (r.peak_mem_mb or 0)
+                   and ((o.tokens_per_sec or 0) > (r.tokens_per_sec or 0) or (o.peak_mem_mb or 0) < (r.peak_mem_mb or 0)
+                        or runs.index(o) < runs.index(r)) for o in runs if o is not r)
+    runs = [r for r in runs if r.tokens_per_sec and r.peak_mem_mb]  # a run without both figures is not a point
+    return sorted((r for r in runs if not beaten(r)), key=lambda r: -(r.tokens_per_sec or 0))
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def found_variants(result: dict[str, Any], start: RunSettings, model: str) -> dict[str, dict[str, Any]]:
+    """params.yaml variants for what the search found, named after the goal and the model."""
+    out = {}
+    for goal in GOALS:
+        answer = result.get(goal) or {}
+        if answer.get("name"):
+            out[f"{goal}_{model}"] = knob_values(replace(start, **answer["changes"]))
+    return out
+
