@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlab.run.heads.standard import LossOnly  # noqa: E402
 from benchlab.run.heads.onepass import OnePassLoss  # noqa: E402
+from benchlab.run.heads.standard import LossOnly  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=128, vocab_size=8192)

@@ -24,12 +24,11 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchlab.analysis.run_report import folder_params  # noqa: E402
+from benchlab.analysis.folder_report import folder_params  # noqa: E402
+from benchlab.core.knobs import RunSettings, applied_at  # noqa: E402  (the knob table
 from benchlab.core.params import AggregateParams  # noqa: E402  (the baselines' defaults
-from benchlab.core.knobs import RunSettings, applied_at  # noqa: E402  (the knob table)
 
 SECTION = re.compile(r"<!-- generated:(\w+)(.*?) -->\n(.*?)<!-- /generated:\1 -->", re.S)
 

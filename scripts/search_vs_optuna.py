@@ -29,9 +29,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.core.knobs import KNOBS  # noqa: E402
-from benchlab.search.strategy import Limits, Search  # noqa: E402
 from benchlab.search.journal import SCREENING, Journal  # noqa: E402
 from benchlab.search.moves import MICRO_BATCH_SPLITS, Candidate, choices, searched  # noqa: E402
+from benchlab.search.strategy import Limits, Search  # noqa: E402
 from tests.test_search import BATCH, CONTEXT, RECIPE, RULES, Machine, figures  # noqa: E402
 
 LEAN_FLOOR = 0.85

@@ -8,7 +8,8 @@ from pathlib import Path
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 from benchlab.core.files import remove_outputs, write_json, write_text
-from benchlab.analysis.summary import check_one_env, check_one_source, env_of, load_results, markdown, to_csv
+from benchlab.analysis.summary import markdown, to_csv
+from benchlab.analysis.records import check_one_env, check_one_source, env_of, load_results
 from benchlab.analysis.run_report import RunFiles, write_run_report
 
 # The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.

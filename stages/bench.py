@@ -27,7 +27,7 @@ from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.files import remove_outputs, write_json, write_text
-from benchlab.run.apply_knobs import resolve_device, why_not
+from benchlab.run.hardware import resolve_device, why_not
 from benchlab.run.results import base_record, measured_record, skipped_record, steps_csv
 
 

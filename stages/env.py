@@ -22,7 +22,7 @@ from benchlab.prep.formats import check_regular
 from benchlab.run.env import timing_environment
 from benchlab.core.stage_main import run_main
 from benchlab.core.files import remove_outputs, write_json
-from benchlab.run.apply_knobs import resolve_device
+from benchlab.run.hardware import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:

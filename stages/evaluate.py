@@ -15,7 +15,7 @@ from benchlab.run.data import load_tokens
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
 from benchlab.core.files import remove_outputs, write_json
-from benchlab.run.apply_knobs import resolve_device
+from benchlab.run.hardware import resolve_device
 from benchlab.run.runner import evaluate
 
 

@@ -21,7 +21,7 @@ from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
 from benchlab.core.files import flat, remove_outputs, write_json, write_text
-from benchlab.run.apply_knobs import resolve_device
+from benchlab.run.hardware import resolve_device
 
 
 def main(argv: list[str] | None = None) -> None:

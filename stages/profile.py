@@ -24,7 +24,7 @@ from benchlab.run.data import load_tokens
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
 from benchlab.core.files import remove_outputs
-from benchlab.run.apply_knobs import resolve_device, why_not
+from benchlab.run.hardware import resolve_device, why_not
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from benchlab.core.stage_main import run_main
 from benchlab.run.env import environment
 from benchlab.core.files import remove_outputs, write_json, write_text
 from benchlab.core.knobs import RunSettings
-from benchlab.run.apply_knobs import device_facts
+from benchlab.run.hardware import device_facts
 from benchlab.search.journal import Journal
 
 OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")

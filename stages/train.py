@@ -14,7 +14,7 @@ from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
 from benchlab.core.files import remove_outputs, write_json, write_text
-from benchlab.run.apply_knobs import resolve_device, why_not
+from benchlab.run.hardware import resolve_device, why_not
 from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
 from benchlab.run.runner import train_once
 

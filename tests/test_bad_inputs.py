@@ -13,10 +13,10 @@ import pytest
 import torch
 import yaml
 
-from benchlab.run.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from benchlab.core.sections import DataParams
-from benchlab.prep.corpus import prepare as prepare_corpus
 from benchlab.core.stage_main import run_main
+from benchlab.prep.corpus import prepare as prepare_corpus
+from benchlab.run.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from stages import aggregate, bench, env, evaluate, prepare, train
 from tests.conftest import ROOT, micro_params
 

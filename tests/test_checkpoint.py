@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.run.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
-from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
+from benchlab.core.stage_main import run_main
+from benchlab.run.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
 from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
 from tests.test_faults import scratch_sources

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.core.params import load_params, parse_params, variant_from
 from benchlab.core.errors import LabError
-from benchlab.core.knobs import (KNOBS, STEPS, RunSettings, applied_at, check_combination, from_old_knobs,
-                            unsupported_reason)
+from benchlab.core.knobs import KNOBS, STEPS, RunSettings, applied_at, check_combination, unsupported_reason
+from benchlab.core.old_names import from_old_knobs
+from benchlab.core.params import load_params, parse_params, variant_from
 from benchlab.core.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
 from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from benchlab.core.errors import LabError
 from benchlab.core.sections import DataParams
 from benchlab.prep.corpus import new_tokenizer, prepare
 from benchlab.run.data import load_tokens
-from benchlab.core.errors import LabError
 from tests.conftest import CORPUS, ROOT
 
 EOT = "<|endoftext|>"

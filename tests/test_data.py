@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from benchlab.core.errors import LabError
+from benchlab.core.files import file_sha256
 from benchlab.core.sections import DataParams
 from benchlab.prep.corpus import prepare
 from benchlab.run.data import RERUN, BatchStream, eval_batches, load_tokens
-from benchlab.core.errors import LabError
-from benchlab.core.files import file_sha256
 
 
 def test_tokenizer_round_trips_any_text(prepared: Path) -> None:

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.run import dist
-from benchlab.run import launch
-from benchlab.core.params import parse_params
 from benchlab.core.errors import LabError
+from benchlab.core.params import parse_params
+from benchlab.run import dist, launch
 from benchlab.run.runner import RunRecord
 from stages import profile
 from tests.conftest import micro_params

@@ -16,13 +16,13 @@ import pytest
 import torch
 import yaml
 
-from benchlab.run import dist
-from benchlab.core.params import RunSettings, parse_params
+from benchlab.analysis.summary import scaling
+from benchlab.core.errors import LabError
 from benchlab.core.knobs import unsupported_reason
+from benchlab.core.params import RunSettings, parse_params
 from benchlab.core.skips import DeviceFacts
 from benchlab.core.stage_main import run_main
-from benchlab.core.errors import LabError
-from benchlab.analysis.summary import scaling
+from benchlab.run import dist
 from stages import bench, env
 from tests.conftest import ROOT, micro_params
 
@@ -193,8 +193,8 @@ def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, unit
 def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
         loss: str, compile: bool, head_compiled: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
     from benchlab.core.sections import TrainParams
-    from benchlab.run.heads.standard import BodyThenHead
     from benchlab.run.apply_knobs import apply
+    from benchlab.run.heads.standard import BodyThenHead
     from model.gpt import GPT, GPTConfig
 
     monkeypatch.setattr("benchlab.run.apply_knobs.shard", lambda model, settings, device: None)  # no process group here

@@ -8,7 +8,6 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-
 from benchlab.core.params import RunSettings
 from tests.conftest import ROOT
 

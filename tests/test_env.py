@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchlab.run import env
 from benchlab.core.knobs import RunSettings
+from benchlab.run import env
 from benchlab.run.results import base_record
 from stages import env as stages_env
 

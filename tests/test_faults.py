@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.core import locks
-from benchlab.core import parent_watch
-from benchlab.core.stage_main import run_main
+from benchlab.core import locks, parent_watch
 from benchlab.core.errors import LabError
+from benchlab.core.stage_main import run_main
 from benchlab.run.harness import Neighbours
 from benchlab.run.results import neighbours
 from benchlab.run.runner import RunRecord

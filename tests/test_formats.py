@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from benchlab.core.errors import LabError
 from benchlab.core.sections import DataParams
 from benchlab.prep.corpus import prepare
-from benchlab.core.errors import LabError
 from benchlab.prep.formats import special_files
 from tests.test_corpus import all_tokens, documents
 

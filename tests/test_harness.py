@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from benchlab.run import harness
 from benchlab.core import stats
 from benchlab.core.params import RunSettings
+from benchlab.run import harness
 from benchlab.run.harness import StepClock
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.run.results import TAIL_STEPS, measured_record, tail_loss

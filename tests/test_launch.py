@@ -14,12 +14,11 @@ import pytest
 import torch
 import yaml
 
-from benchlab.run import dist
-from benchlab.run import launch
-from benchlab.core.params import load_params, parse_params
-from benchlab.run.data import load_tokens
-from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
+from benchlab.core.params import load_params, parse_params
+from benchlab.core.stage_main import run_main
+from benchlab.run import dist, launch
+from benchlab.run.data import load_tokens
 from benchlab.run.launch import combine_ranks, last_words, repeat_cost, repeat_in_fresh_process
 from benchlab.run.results import neighbours
 from benchlab.run.runner import RunRecord, rank_slice

@@ -8,12 +8,12 @@ import torch
 
 from benchlab.core.params import RunSettings
 from benchlab.core.sections import TrainParams
+from benchlab.run.apply_knobs import apply
 from benchlab.run.heads import chunked
 from benchlab.run.heads.choose import loss_fn
 from benchlab.run.heads.chunked import CHUNK_TOKENS, add_weight_grad, chunk_loss_and_grads, chunked_cross_entropy
 from benchlab.run.heads.shared import Features
 from benchlab.run.heads.standard import BodyThenHead, LossOnly, OutputLoss
-from benchlab.run.apply_knobs import apply
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")

@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from benchlab.run import harness
-from benchlab.run import runner
-from benchlab.core.params import RunSettings, parse_params
 from benchlab.core.errors import LabError
+from benchlab.core.params import RunSettings, parse_params
+from benchlab.run import harness, runner
 from benchlab.run.results import base_record, measured_record
 from benchlab.run.runner import RunRecord, oom_message, train_once
 from model.gpt import GPTConfig

@@ -11,12 +11,13 @@ import pytest
 import torch
 import torch._functorch.config
 
-from benchlab.run import apply_knobs
-from benchlab.core.sections import TrainParams
 from benchlab.core.errors import LabError
 from benchlab.core.files import atomic_path, write_json
 from benchlab.core.knobs import STEPS, Optimizer, RunSettings
-from benchlab.run.apply_knobs import apply, device_facts, make_optimizer, set_lr, to_float8
+from benchlab.core.sections import TrainParams
+from benchlab.run import apply_knobs, hardware
+from benchlab.run.apply_knobs import apply, make_optimizer, set_lr, to_float8
+from benchlab.run.hardware import device_facts
 from benchlab.run.runner import train_step
 from model.gpt import GPT, GPTConfig
 
@@ -404,7 +405,7 @@ def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_device_auto_picks_and_cuda_without_a_gpu_is_refused_naming_the_build(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.run.apply_knobs import resolve_device
+    from benchlab.run.hardware import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -439,29 +440,29 @@ def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: py
     gpu = torch.device("cuda", 1)
     asked: list = []
     present = {"triton": True, "torchao": True, "liger_kernel": False, "cut_cross_entropy": True}
-    monkeypatch.setattr(apply_knobs.importlib.util, "find_spec", lambda name: object() if present[name] else None)
+    monkeypatch.setattr(hardware.importlib.util, "find_spec", lambda name: object() if present[name] else None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: asked.append(d) or (9, 0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(apply_knobs, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
-    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: 16)
-    assert apply_knobs.device_facts(gpu) == DeviceFacts(
+    monkeypatch.setattr(hardware, "package_version", lambda name: {"liger-kernel": "0.8.5"}[name])
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 16)
+    assert hardware.device_facts(gpu) == DeviceFacts(
         kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=False,
         liger_version="0.8.5", cce=True, gpu_count=2, cpu_count=16)
     assert asked == [gpu, gpu]
-    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: None)  # unknown: one core
-    assert apply_knobs.device_facts(gpu).cpu_count == 1
-    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: None)  # unknown: one core
+    assert hardware.device_facts(gpu).cpu_count == 1
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CXX", "clang++")
-    monkeypatch.setattr(apply_knobs.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
-    assert apply_knobs.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/clang++" if name == "clang++" else None)
+    assert hardware.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
                                                                      cpu_count=16)
     monkeypatch.delenv("CXX")  # g++ by default
-    assert apply_knobs.device_facts(torch.device("cpu")).cxx is False
-    monkeypatch.setattr(apply_knobs.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
-    monkeypatch.setattr(apply_knobs.os, "cpu_count", lambda: None)  # unknown: one core
-    assert apply_knobs.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
+    assert hardware.device_facts(torch.device("cpu")).cxx is False
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: None)  # unknown: one core
+    assert hardware.device_facts(torch.device("cpu")) == DeviceFacts(kind="cpu", name="cpu", cxx=True, torchao=True,
                                                                      cpu_count=1)
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from benchlab.run import parity
-from benchlab.core.params import parse_params
 from benchlab.core.errors import LabError
+from benchlab.core.params import parse_params
+from benchlab.run import parity
 from benchlab.run.runner import train_once
 from tests.conftest import ROOT, micro_params
 

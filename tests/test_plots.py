@@ -6,16 +6,37 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-from matplotlib.colors import to_rgba
 import pandas as pd
 import pytest
-
+from matplotlib.colors import to_rgba
 from matplotlib.testing.compare import compare_images
 
-from benchlab.analysis.plots import (ENERGY_LABEL, KIND_COLORS, MEMORY_LABELS, RESERVED_NOTE, REFERENCE_COLOR, THROUGHPUT_LABEL,
-                            WHISKER_NOTE, baseline_name, batch_figure, energy_figure, grouped, loss_figure, make_plots,
-                            measured, memory_figure, memory_key, read_steps, save_png, status_note, step_time_figure,
-                            throughput_figure, whiskers)
+from benchlab.analysis.plot_style import (
+    ENERGY_LABEL,
+    KIND_COLORS,
+    MEMORY_LABELS,
+    REFERENCE_COLOR,
+    RESERVED_NOTE,
+    THROUGHPUT_LABEL,
+    WHISKER_NOTE,
+    grouped,
+    measured,
+    memory_key,
+    status_note,
+    whiskers,
+)
+from benchlab.analysis.plots import (
+    baseline_name,
+    batch_figure,
+    energy_figure,
+    loss_figure,
+    make_plots,
+    memory_figure,
+    read_steps,
+    save_png,
+    step_time_figure,
+    throughput_figure,
+)
 
 
 def row(name: str, status: str = "ok", notes: str = "", **kw: Any) -> dict[str, Any]:

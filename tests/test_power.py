@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchlab.run import harness
-from benchlab.run import power
 from benchlab.core.params import RunSettings
+from benchlab.run import harness, power
 from benchlab.run.launch import combine_ranks
 from benchlab.run.power import EnergyMeter, PowerReading
 from benchlab.run.results import measured_record

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from benchlab.core import presets
-from benchlab.core.params import parse_params
 from benchlab.core.errors import LabError
+from benchlab.core.params import parse_params
 from tests.conftest import ROOT, micro_params
 
 

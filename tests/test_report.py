@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchlab.analysis.records import check_one_env, check_one_source, load_parity, load_results, uncommitted
+from benchlab.analysis.summary import UNCOMMITTED_NOTE, assign_kinds, markdown, ratio_reference, summarize, to_csv
 from benchlab.core.errors import LabError
 from benchlab.run.profiling import exposed_communication, family, kernel_markdown, kernel_summary
-from benchlab.analysis.summary import (UNCOMMITTED_NOTE, assign_kinds, check_one_env, check_one_source, load_parity,
-                             load_results, markdown, ratio_reference, summarize, to_csv, uncommitted)
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
        "env.python": "3.12", "env.cpu": "Xeon", "env.torch_threads": 16}
@@ -649,8 +649,8 @@ def test_an_empty_matrix_s_error_reads_in_full(tmp_path: Path) -> None:
 
 
 def test_the_table_sorts_kinds_by_the_aggregate_s_own_baseline() -> None:
-    from benchlab.core.sections import AggregateParams
     from benchlab.analysis.summary import table
+    from benchlab.core.sections import AggregateParams
 
     rows, note = table([result("fp32_baseline", 100.0, 5.0, 1000.0), result("tf32", 120.0, 5.0, 1000.0)],
                        AggregateParams(baseline="fp32_baseline", reference="recipe", ours=[]), {})

@@ -9,14 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchlab.run import harness
 from benchlab.core import parent_watch
-from benchlab.run import power
-from benchlab.run import runner
-from benchlab.core.params import Params, RunSettings
-from benchlab.run.data import BatchStream
 from benchlab.core.errors import LabError
+from benchlab.core.params import Params, RunSettings
+from benchlab.run import harness, power, runner
 from benchlab.run.apply_knobs import apply
+from benchlab.run.data import BatchStream
 from benchlab.run.runner import LossReader, RunRecord, lr_at, skipped_steps, train_once
 from model.gpt import GPT, GPTConfig
 

@@ -1,4 +1,4 @@
-"""The report per run: the aggregate stage's metrics/report.md and `python -m benchlab.analysis.run_report <folder>`, from
+"""The report per run: the aggregate stage's metrics/report.md and `python -m benchlab.analysis.folder_report <folder>`, from
 hand-made records, parity records and profiles; every figure it shows is one the files hold."""
 
 import json
@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from benchlab.analysis.folder_report import folder_report
+from benchlab.analysis.folder_report import main as runreport_main
+from benchlab.analysis.run_report import profile_summary
 from benchlab.core.errors import LabError
-from benchlab.analysis.run_report import folder_report, main as runreport_main, profile_summary
 from stages import aggregate
 from tests.conftest import ROOT, micro_params
 

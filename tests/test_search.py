@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
-from benchlab.search import report
-from benchlab.core.params import parse_params
 from benchlab.core.knobs import RunSettings
-from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
+from benchlab.core.params import parse_params
+from benchlab.core.skips import DeviceFacts
+from benchlab.search import report
 from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
-from benchlab.core.skips import DeviceFacts
+from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
 from tests.conftest import ROOT, micro_params
 
 RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")

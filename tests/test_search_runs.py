@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.search import runs
 from benchlab.core.params import Params, parse_params
+from benchlab.search import runs
 from benchlab.search.journal import Journal, Run
 from tests.conftest import micro_params
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.search import runs
 from benchlab.run.runner import RunRecord
+from benchlab.search import runs
 from tests.conftest import ROOT, micro_params
 
 

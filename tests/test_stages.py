@@ -13,13 +13,13 @@ import pytest
 import torch
 import yaml
 
+from benchlab.core.errors import LabError
+from benchlab.core.params import load_params
 from benchlab.run import launch
 from benchlab.run.build_model import model_shape
 from benchlab.run.checkpoint import load_checkpoint
-from benchlab.core.params import load_params
-from benchlab.core.errors import LabError
+from benchlab.run.hardware import why_not
 from benchlab.run.mfu import flops_per_token
-from benchlab.run.apply_knobs import why_not
 from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
 from benchlab.run.runner import RunRecord
 from stages import bench, train

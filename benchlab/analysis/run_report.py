@@ -1,32 +1,24 @@
 """One run's report: what it measured, on what, how, and what it found, in one markdown file with its plots.
 
-    python -m benchlab.analysis.run_report results/<folder>
-
-writes results/<folder>/report.md and its PNGs under results/<folder>/report/, from the folder's params.yaml,
-metrics/variants, plots/steps, and where the run has them, metrics/parity and plots/profiles. The aggregate stage
-writes metrics/report.md of the workspace with the same function (`write_run_report`). Every figure in a report
-is read from those files or computed from them (a ratio, a unit); a figure the files lack is a dash.
+The aggregate stage writes the workspace's metrics/report.md with `write_run_report`; a committed results folder's
+is rebuilt by `benchlab.analysis.folder_report`. Every figure in a report is read from the run's files or computed
+from them (a ratio, a unit); a figure the files lack is a dash.
 """
 
-import argparse
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchlab.core import presets
-from benchlab.core.params import read_yaml
-from benchlab.core.sections import AggregateParams
-from benchlab.core.stage_main import run_main
-from benchlab.core.errors import LabError
+from benchlab.analysis.plot_style import grouped, memory_key
+from benchlab.analysis.plots import make_plots, memory_of
+from benchlab.analysis.records import REFERENCE_SEEDS, load_parity, uncommitted
+from benchlab.analysis.summary import KINDS, UNCOMMITTED_NOTE, memory_cap_gib, not_run_reason, stopped_at, table
 from benchlab.core.files import write_text
-from benchlab.core.knobs import from_old_knobs
-from benchlab.analysis.plots import grouped, make_plots, memory_key, memory_of
-from benchlab.analysis.summary import (KINDS, REFERENCE_SEEDS, UNCOMMITTED_NOTE, check_one_env, check_one_source, load_parity,
-                             load_results, memory_cap_gib, not_run_reason, stopped_at, table, uncommitted)
+from benchlab.core.sections import AggregateParams
 
 # The environment's rows: a label and how it reads from the record. Every other env.* key but SKIPPED_ENV is a
 # library's version (env.torchao, env.liger_kernel, ...), listed where the record has it.
@@ -310,58 +302,3 @@ def not_measured(records: list[dict[str, Any]], not_run: list[str] = ()) -> str:
         lines.append(f"| {r['variant']} | {r['status']} | {why} | {where or DASH} |")
     return head + "\n".join(lines) + "\n"
 
-
-def folder_params(folder: Path) -> dict[str, Any]:
-    """A results folder's params.yaml as plain data: older folders hold keys today's params no longer know. The
-    knobs that `optimizer` replaced are read as it (`benchlab.core.knobs.from_old_knobs`), at the top and in each
-    variant."""
-    path = folder / "params.yaml"
-    data = read_yaml(path) if path.is_file() else {}
-    if not isinstance(data, dict):
-        return {}
-    params = from_old_knobs(presets.applied(data))
-    variants = params.get("variants")
-    if isinstance(variants, dict):
-        params["variants"] = {n: from_old_knobs(v) if isinstance(v, dict) else v for n, v in variants.items()}
-    return params
-
-
-def folder_aggregate(params: dict[str, Any], names: list[str]) -> AggregateParams:
-    """The folder's aggregate settings, today's defaults for keys it predates; names it lacks are dropped."""
-    known = {f.name for f in fields(AggregateParams)}
-    agg = AggregateParams(**{k: v for k, v in (params.get("aggregate") or {}).items() if k in known})
-    return AggregateParams(**{**agg.__dict__, "fallback_baselines": [n for n in agg.fallback_baselines if n in names],
-                              "ours": [n for n in agg.ours if n in names]})
-
-
-def folder_report(folder: Path, title: str | None = None) -> Path:
-    """Write `folder`/report.md and its PNGs under `folder`/report/; the folder's own allow_mixed_* settings hold.
-    The title names the folder as given, unless `title` says otherwise."""
-    files = RunFiles.of_folder(folder)
-    if not files.variants.is_dir():
-        raise LabError(f"{files.variants} is missing: a results folder holds a run's metrics/variants")
-    params = folder_params(folder)
-    recorded = sorted(p.stem for p in files.variants.glob("*.json"))
-    if not recorded:
-        raise LabError(f"{files.variants} holds no variant records")
-    names = [n for n in (params.get("variants") or {}) if n in recorded]
-    names += [n for n in recorded if n not in names]
-    records = load_results(files.variants, names)
-    agg = folder_aggregate(params, names)
-    check_one_env(records, agg.allow_mixed_env)
-    check_one_source(records, agg.allow_mixed_source)
-    not_run = [n for n in (params.get("variants") or {}) if n not in recorded]
-    write_run_report(records, files, agg, folder / "report.md", folder / "report",
-                     title or f"Run report: {folder.as_posix()}", not_run)
-    return folder / "report.md"
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("folders", type=Path, nargs="+", help="results folders, each holding metrics/variants")
-    for folder in ap.parse_args(argv).folders:
-        print(f"wrote {folder_report(folder)}")
-
-
-if __name__ == "__main__":
-    run_main(main)

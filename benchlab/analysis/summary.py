@@ -9,17 +9,14 @@ every row, is flagged per row instead: a user's workspace is such a tree.
 
 import csv
 import io
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from benchlab.core import stats
+from benchlab.core.knobs import KNOBS
 from benchlab.core.sections import AggregateParams
-from benchlab.core.errors import LabError
-from benchlab.core.knobs import KNOBS, from_old_knobs
 
 # Knobs that say how a run is spread over processes; a multi-process row's one-process
 # counterpart has every other knob the same.
@@ -64,44 +61,11 @@ COLUMNS: list[tuple[str, str, str]] = [
 ]
 # Keys the CSV carries beyond the table's: the row every ratio was taken against.
 CSV_ONLY = ("speedup_vs",)
-SOURCE_KEY = "provenance.source_sha256"
 UNCOMMITTED_NOTE = "measured from uncommitted code"
 # A variant's place in the report's plots: the seed's matrix (the baseline and variants one knob from it), the
 # knobs on the recipe (variants nearer aggregate.reference than the baseline), our own (aggregate.ours), the rest.
 KINDS: dict[str, str] = {"seed": "the seed's matrix", "recipe": "knobs on the recipe", "ours": "our own",
                          "other": "other"}
-REFERENCE_SEEDS = "reference-seeds"  # metrics/parity/reference-seeds.json: the reference trained with two seeds
-ENV_KEYS = ("env.gpu", "env.driver", "env.cuda", "env.torch", "env.python", "env.cpu", "env.torch_threads")
-
-
-def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any]]:
-    """Each named variant's result; a missing or unreadable one is an error naming its stage. A record written
-    before the `optimizer` knob has its knobs read as it (`benchlab.core.knobs.from_old_knobs`), so rows of old and new
-    records compare knob by knob."""
-    if not names:
-        raise LabError("params.yaml names no variants, so there is nothing to tabulate; add one under `variants:`")
-    out = []
-    for name in names:
-        path = Path(result_dir) / f"{name}.json"
-        if not path.is_file():
-            raise LabError(f"{path} is missing; run `dvc repro bench@{name}`")
-        try:
-            out.append(from_old_knobs(json.loads(path.read_text(encoding="utf-8"))))
-        except json.JSONDecodeError as err:
-            raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f bench@{name}`") from None
-    return out
-
-
-def load_parity(parity_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The parity stages' records by variant, the reference's two-seed record under REFERENCE_SEEDS; empty where
-    the folder is missing or empty (a run without parity stages)."""
-    out = {}
-    for path in sorted(Path(parity_dir).glob("*.json")):
-        try:
-            out[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise LabError(f"{path} is not valid JSON ({err}); rerun `dvc repro -f parity@{path.stem}`") from None
-    return out
 
 
 def table(results: list[dict[str, Any]], agg: AggregateParams,
@@ -110,39 +74,6 @@ def table(results: list[dict[str, Any]], agg: AggregateParams,
     rows = summarize(results, agg.baseline, agg.loss_tolerance, agg.repeat_tolerance, agg.fallback_baselines, parity)
     assign_kinds(rows, agg.baseline, agg.reference, agg.ours)
     return rows, ratio_reference(results, agg.baseline, agg.fallback_baselines)[1]
-
-
-def env_of(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: result.get(k) for k in ENV_KEYS}
-
-
-def check_one_env(results: list[dict[str, Any]], allow_mixed: bool) -> None:
-    """Refuse a table whose rows were measured on different machines or software."""
-    first = env_of(results[0])
-    for r in results[1:]:
-        if env_of(r) != first and not allow_mixed:
-            diff = {k: (first[k], r.get(k)) for k in ENV_KEYS if first[k] != r.get(k)}
-            raise LabError(
-                f"{r['variant']} was measured in another environment than {results[0]['variant']} ({diff}); "
-                "rerun the matrix on one machine, or set aggregate.allow_mixed_env=true to compare anyway"
-            )
-
-
-def check_one_source(results: list[dict[str, Any]], allow_mixed: bool) -> None:
-    """Refuse a table whose rows ran different code. A modified tree is not refused: `summarize` flags its rows."""
-    if allow_mixed:
-        return
-    sources = {r.get(SOURCE_KEY) for r in results}
-    if len(sources) > 1:
-        groups = ", ".join(f"{str(src)[:12]}: {', '.join(r['variant'] for r in results if r.get(SOURCE_KEY) == src)}"
-                           for src in sources)
-        raise LabError(f"the variants ran different source code ({groups}); rerun them from one commit "
-                       "(`dvc repro -f` the stale ones), or set aggregate.allow_mixed_source=true to compare anyway")
-
-
-def uncommitted(results: list[dict[str, Any]]) -> list[str]:
-    """The variants measured from a tree whose code differs from its commit (no commit names their code)."""
-    return [r["variant"] for r in results if r.get("provenance.tree_clean") is False]
 
 
 def _ci(r: dict[str, Any]) -> tuple[float, float] | None:

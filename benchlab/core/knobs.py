@@ -10,9 +10,21 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal
 
 from benchlab.core.errors import LabError
-from benchlab.core.skips import (DeviceFacts, SkipCheck, comm_hook_skip, compile_mode_skip, compile_skip, fp8_skip,
-                            loss_skip, max_ctas_skip, nproc_skip, optimizer_skip, param_dtype_skip, precision_skip,
-                            weight_dtype_skip)
+from benchlab.core.skips import (
+    DeviceFacts,
+    SkipCheck,
+    comm_hook_skip,
+    compile_mode_skip,
+    compile_skip,
+    fp8_skip,
+    loss_skip,
+    max_ctas_skip,
+    nproc_skip,
+    optimizer_skip,
+    param_dtype_skip,
+    precision_skip,
+    weight_dtype_skip,
+)
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
@@ -86,38 +98,6 @@ def _check_optimizer(where: str, s: "RunSettings") -> None:
               "itself; or set fused_clip=false)")
         check(s.parallel != "fsdp2", f"{where}parallel", s.parallel,
               "none or ddp with fused_clip=true (not wired for fsdp2's sharded gradients; or set fused_clip=false)")
-
-
-# The knobs that `optimizer` replaced (issue 35), and the old value that trained as each optimizer does, in the
-# order the old if-chain picked them: adam_state=8bit, weight_dtype=bf16_sr, compile_update=true, fused_adamw=true.
-OLD_OPTIMIZER_KNOBS: tuple[tuple[str, Any, str], ...] = (
-    ("adam_state", "8bit", "adamw_8bit"), ("weight_dtype", "bf16_sr", "adamw_bf16_sr"),
-    ("compile_update", True, "adamw_compiled"), ("fused_adamw", True, "adamw_fused"))
-REPLACED_KNOBS = ("adam_state", "compile_update", "fused_adamw")
-
-
-def old_knob_error(key: str, value: Any) -> str | None:
-    """What to write instead of a knob, or a knob value, that `optimizer` replaced; None for any other."""
-    if key == "weight_dtype":
-        return "weight_dtype: bf16 with optimizer: adamw_bf16_sr" if value == "bf16_sr" else None
-    for old, then, optimizer in OLD_OPTIMIZER_KNOBS:
-        if key == old:
-            return f"optimizer: {optimizer}" if value == then else "nothing (optimizer: adamw is the default)"
-    return None
-
-
-def from_old_knobs(settings: dict[str, Any]) -> dict[str, Any]:
-    """A committed run's knobs in today's names. A results folder written before the `optimizer` knob holds the
-    knobs it replaced, in its params.yaml and in every record; read from there, they become the optimizer that
-    trains as they did. A mapping that sets none of them is returned as it is."""
-    sr = settings.get("weight_dtype") == "bf16_sr"
-    if not sr and not any(k in settings for k in REPLACED_KNOBS):
-        return settings
-    out = {k: v for k, v in settings.items() if k not in REPLACED_KNOBS}
-    if sr:
-        out["weight_dtype"] = "bf16"
-    out["optimizer"] = next((opt for k, then, opt in OLD_OPTIMIZER_KNOBS if settings.get(k) == then), "adamw")
-    return out
 
 
 @dataclass(frozen=True)

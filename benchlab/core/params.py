@@ -16,10 +16,24 @@ import yaml
 
 from benchlab.core import presets
 from benchlab.core.errors import LabError, cut, shown
-from benchlab.core.knobs import KNOBS, REPLACED_KNOBS, RunSettings, check_combination, old_knob_error
-from benchlab.core.sections import (DEFAULT_FALLBACKS, DEFAULT_OURS, FLOAT_TEXT, SAFE_NAME, AggregateParams,
-                                     BenchParams, DataParams, DeviceChoice, EvalParams, ParityParams,
-                                     ProfileParams, SearchParams, TrainParams, check)
+from benchlab.core.knobs import KNOBS, RunSettings, check_combination
+from benchlab.core.old_names import REPLACED_KNOBS, old_knob_error
+from benchlab.core.sections import (
+    DEFAULT_FALLBACKS,
+    DEFAULT_OURS,
+    FLOAT_TEXT,
+    SAFE_NAME,
+    AggregateParams,
+    BenchParams,
+    DataParams,
+    DeviceChoice,
+    EvalParams,
+    ParityParams,
+    ProfileParams,
+    SearchParams,
+    TrainParams,
+    check,
+)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-
 from benchlab.core.errors import LabError, shown
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What a device can run, read once from torch by `benchlab.run.apply_knobs.device_facts`.
+    """What a device can run, read once from torch by `benchlab.run.hardware.device_facts`.
 
     Plain values, so every knob's check can be tested without a GPU.
     """

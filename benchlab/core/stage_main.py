@@ -5,8 +5,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from benchlab.core import files
-from benchlab.core import parent_watch
+from benchlab.core import files, parent_watch
 from benchlab.core.errors import LabError, exhausted
 
 

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchlab.core.sections import DataParams
 from benchlab.core.errors import LabError, cut, shown
-from benchlab.prep.formats import Piece, corpus_files, corpus_pieces, file_format, unusable
 from benchlab.core.files import atomic_path, disk_full, file_sha256, write_json
+from benchlab.core.sections import DataParams
+from benchlab.prep.formats import Piece, corpus_files, corpus_pieces, file_format, unusable
 
 PIECE_BYTES = 256 * 1024  # bounded reads; a batch of them keeps both Rust threads busy
 BATCH_BYTES = 4 * 1024 * 1024  # text per encode call: ~1.4M tokens, ~100 MB of Encoding objects

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from benchlab.core.sections import DataParams
 from benchlab.core.errors import LabError, cut, shown
+from benchlab.core.sections import DataParams
 
 LONGEST = 16  # pieces a piece may grow to while no safe cut is found
 TEXT_SUFFIXES = {"text": (".txt",), "jsonl": (".jsonl", ".jsonl.gz"), "parquet": (".parquet",)}

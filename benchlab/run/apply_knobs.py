@@ -16,9 +16,6 @@ that FSDP2's hooks stay outside the graphs (torchtitan's order too), and on the 
 called after the model's body. DDP must wrap the module the step calls, the loss head, since the chunked and fused
 heads call the model's body, not its forward."""
 
-import importlib.util
-import os
-import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -29,44 +26,12 @@ import torch._functorch.config
 import torch.distributed
 import torch.nn as nn
 
-from benchlab.core.sections import DeviceChoice, TrainParams
-from benchlab.run.env import package_version
 from benchlab.core.errors import LabError
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core.sections import TrainParams
+from benchlab.run.hardware import why_not
 from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
-from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings, unsupported_reason
-from benchlab.core.skips import DeviceFacts
 from model.gpt import GPT
-
-
-def resolve_device(choice: DeviceChoice) -> torch.device:
-    """auto picks CUDA when there is one; asking for CUDA without one is an error."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise LabError(f"device='cuda' but torch {torch.__version__} ({build}) sees no CUDA GPU; install a CUDA build "
-                       "of torch (README, On your GPU), or use device=auto or device=cpu (preset=cpu)")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
-
-
-def device_facts(device: torch.device) -> DeviceFacts:
-    """What this device and this Python can run, for the knobs' checks."""
-    installed = {name: importlib.util.find_spec(name) is not None for name in ("triton", "torchao", "liger_kernel",
-                                                                             "cut_cross_entropy")}
-    if device.type == "cpu":
-        return DeviceFacts(kind="cpu", name="cpu", cxx=shutil.which(os.environ.get("CXX", "g++")) is not None,
-                           torchao=installed["torchao"], cpu_count=os.cpu_count() or 1)
-    return DeviceFacts(
-        kind="cuda", name=torch.cuda.get_device_name(device), capability=torch.cuda.get_device_capability(device),
-        bf16=torch.cuda.is_bf16_supported(), triton=installed["triton"], torchao=installed["torchao"],
-        liger=installed["liger_kernel"], liger_version=package_version("liger-kernel"),
-        cce=installed["cut_cross_entropy"], gpu_count=torch.cuda.device_count(), cpu_count=os.cpu_count() or 1,
-    )
-
-
-def why_not(settings: RunSettings, device: torch.device) -> str | None:
-    """Why these settings cannot run on this device, or None when they can."""
-    return unsupported_reason(settings, device_facts(device))
 
 
 def place(model: GPT, settings: RunSettings, device: torch.device) -> GPT:
@@ -162,7 +127,9 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
 
             return AdamW8bit(groups, lr=train.lr, betas=betas)
         case "adamw_bf16_sr":
-            from benchlab.run.adamw_bf16_sr import OneCallAdamW  # torchao's AdamW, its per-parameter step in one compiled call
+            from benchlab.run.adamw_bf16_sr import (
+                OneCallAdamW,  # torchao's AdamW, its per-parameter step in one compiled call
+            )
 
             return OneCallAdamW(groups, lr=train.lr, betas=betas)
     raise LabError(f"optimizer={settings.optimizer!r} is not one this lab makes")  # params.yaml's check refuses it

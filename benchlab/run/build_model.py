@@ -2,8 +2,8 @@
 
 import torch
 
-from benchlab.core.params import Params, RunSettings
 from benchlab.core.errors import LabError, shown
+from benchlab.core.params import Params, RunSettings
 from model.gpt import GPT, PRESETS, GPTConfig, padded_vocab
 
 

@@ -35,14 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchlab.run import dist
 from benchlab.core import parent_watch
-from benchlab.run import power
-from benchlab.core.params import Params
-from benchlab.run.data import TokenData, load_tokens
 from benchlab.core.errors import LabError
+from benchlab.core.params import Params
+from benchlab.run import dist, power
+from benchlab.run.data import TokenData, load_tokens
+from benchlab.run.hardware import resolve_device
 from benchlab.run.harness import process_age_s
-from benchlab.run.apply_knobs import resolve_device
 from benchlab.run.runner import RunRecord, train_once
 
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from benchlab.core.errors import LabError
 from benchlab.core.params import Params
 from benchlab.run.data import TokenData
-from benchlab.core.errors import LabError
-from benchlab.run.apply_knobs import why_not
+from benchlab.run.hardware import why_not
 from benchlab.run.runner import RunRecord, train_once
 
 # The name of the reference's files in the parity folders; a hyphen keeps it apart from every variant name.

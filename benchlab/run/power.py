@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from benchlab.core.skips import GPU_INSTALL
+
 # Between reads of the energy counter, outside the timed window: a move is seen within 5 ms, which at 700 W is
 # at most 3.5 J of a window's hundreds.
 POLL_S = 0.005

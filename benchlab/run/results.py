@@ -5,9 +5,9 @@ from dataclasses import asdict
 from typing import Any
 
 from benchlab.core import stats
-from benchlab.core.params import Params
-from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.files import flat
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core.params import Params
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.run.runner import RunRecord
 from model.gpt import GPTConfig

@@ -25,16 +25,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from benchlab.run import dist
-from benchlab.run import harness
 from benchlab.core import parent_watch
-from benchlab.run import power
-from benchlab.run.build_model import fresh_model
-from benchlab.core.params import Params
-from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
-from benchlab.run.data import BatchStream, TokenData, check_fits, eval_batches
 from benchlab.core.errors import LabError
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core.params import Params
+from benchlab.run import dist, harness, power
 from benchlab.run.apply_knobs import TrainingRun, apply, set_lr
+from benchlab.run.build_model import fresh_model
+from benchlab.run.data import BatchStream, TokenData, check_fits, eval_batches
 
 
 class Diverged(Exception):

@@ -27,23 +27,20 @@ from typing import IO, Any
 
 import torch
 
-from benchlab.core import locks
-from benchlab.run import launch
-from benchlab.core import parent_watch
-from benchlab.run import parity
-from benchlab.search import strategy
-from benchlab.search import moves
-from benchlab.run.build_model import model_shape
+from benchlab.analysis.summary import compared_memory
+from benchlab.core import locks, parent_watch
+from benchlab.core.errors import LabError
+from benchlab.core.knobs import RunSettings
 from benchlab.core.params import Params
+from benchlab.run import launch, parity
+from benchlab.run.build_model import model_shape
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.env import environment, source_sha256
-from benchlab.core.errors import LabError
+from benchlab.run.hardware import device_facts, resolve_device
 from benchlab.run.harness import process_age_s
-from benchlab.core.knobs import RunSettings
-from benchlab.run.apply_knobs import device_facts, resolve_device
-from benchlab.analysis.summary import compared_memory
 from benchlab.run.results import base_record, measured_record
 from benchlab.run.runner import RunRecord, release, train_once
+from benchlab.search import moves, strategy
 from benchlab.search.journal import Run
 
 NAME = "candidate"

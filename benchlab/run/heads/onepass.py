@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from benchlab.run.heads.shared import FP32_SUM_DEVICES
 from benchlab.core.skips import ONEPASS_LIGER_VERSION
+from benchlab.run.heads.shared import FP32_SUM_DEVICES
 from model.gpt import GPT
 
 # The liger-kernel release this module was written against (`rows_in_triton` calls an internal kernel of it by
