@@ -1,0 +1,80 @@
+"""results/ is an index of folders that each carry a report, and no page links a file the repository lacks."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+INDEX = RESULTS / "README.md"
+MAX_INDEX_LINES = 150
+
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+CITED_FOLDER = re.compile(r"(?<![\w./-])results/([A-Za-z0-9_.-]+)")
+
+
+def folders() -> list[Path]:
+    return sorted(p for p in RESULTS.iterdir() if p.is_dir())
+
+
+def relative_links(text: str) -> list[str]:
+    """The targets of the markdown links and images in `text` that name a path, without code spans and blocks."""
+    text = INLINE_CODE.sub("", FENCE.sub("", text))
+    targets = (m.group(1) for m in LINK.finditer(text))
+    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def broken_links(files: list[Path]) -> list[str]:
+    broken = []
+    for md in files:
+        for target in relative_links(md.read_text(encoding="utf-8")):
+            path = target.split("#", 1)[0]
+            if path and not (md.parent / path).exists():
+                broken.append(f"{md}: {target}")
+    return broken
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(RESULTS.rglob("*.md"))]
+
+
+def test_the_link_check_finds_a_broken_link_and_passes_a_good_one(tmp_path: Path) -> None:
+    (tmp_path / "there.md").write_text("x\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](there.md) ![img](there.md#top) [web](https://example.com) [anchor](#top) `[code](gone.md)`\n"
+        "```\n[fenced](gone.md)\n```\n[gone](missing/report.md)\n"
+    )
+    assert relative_links(page.read_text()) == ["there.md", "there.md#top", "missing/report.md"]
+    assert [b.rsplit(": ", 1)[1] for b in broken_links([page])] == ["missing/report.md"]
+
+
+def test_every_results_folder_has_its_report() -> None:
+    found = folders()
+    assert found, "results/ holds no folder"
+    missing = [p.name for p in found if not (p / "report.md").is_file()]
+    assert not missing, f"results folders without report.md: {missing}"
+
+
+def test_the_index_is_short_and_links_every_folder_report() -> None:
+    text = INDEX.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_INDEX_LINES
+    linked = set(relative_links(text))
+    unlinked = [p.name for p in folders() if f"{p.name}/report.md" not in linked]
+    assert not unlinked, f"results/README.md does not link the report of: {unlinked}"
+
+
+def test_every_relative_link_in_the_pages_points_to_a_file_in_the_tree() -> None:
+    broken = broken_links(pages())
+    assert not broken, "links to files that are not in the repository:\n" + "\n".join(broken)
+
+
+def test_every_results_path_the_readme_and_docs_name_exists() -> None:
+    named = {}
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name in CITED_FOLDER.findall(md.read_text(encoding="utf-8")):
+            named.setdefault(name, md.relative_to(ROOT).as_posix())
+    assert named, "the README and docs name no results folder"
+    gone = {n: page for n, page in named.items() if not (RESULTS / n).exists()}
+    assert not gone, f"results paths named but not in the tree: {gone}"
