@@ -1,6 +1,6 @@
 """How far each loss head's gradients stray from fp32's under bf16 autocast, on the CPU.
 
-    python scripts/head_grad_check.py [--heads inline,onepass] > results/cpu-head-grads/grads.txt
+    python scripts/head_grad_check.py [--heads inline,onepass] --seed 0 > results/cpu-head-grads/seed0.md
 
 A small GPT is trained for a few steps in fp32 (so its logits are not uniform), then one batch's gradients are
 taken in fp32 with the inline head (the reference) and under bf16 autocast with each head named. For every

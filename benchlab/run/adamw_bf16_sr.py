@@ -2,7 +2,7 @@
 
 torchao's `_AdamW.step` compiles `single_param_adam` and calls it once per parameter, from Python: on the H200
 that made GPT-2 124M's step wait on the host, and bf16 weights stepped that way lost most of what bf16 weights
-stepped by torch's fused AdamW gained (the README's section on `results/h200-weights/` has the figures). Here the
+stepped by torch's fused AdamW gained (results/h200-weights/report.md has the figures). Here the
 same torchao function runs over all of a group's parameters inside one compiled function, so the host makes one
 call per group and the kernels follow each other without it. The arithmetic and the state are torchao's (the
 moments from its `_new_buffer`, a step count per parameter); only the loop over the parameters moved into the

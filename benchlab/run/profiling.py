@@ -3,7 +3,7 @@
 On a GPU the table is built from the trace's `kernel` events: each kernel's
 device time counted once (op-level rows such as `aten::mm` would count the
 same time again). Kernels are also grouped into coarse families so a step's
-time can be read the way shared/GPU.md breaks the reference recipe down.
+time can be read by kind of work (matmuls, attention, the optimizer, ...).
 On a CPU there are no kernels: the table lists the ops with the most self CPU time.
 """
 
