@@ -11,7 +11,7 @@ beats on both tokens/s and memory, among those at `lean_floor` of the start's sp
 search answers: the fastest, and the leanest at that floor). A run is one measured configuration; a refused one
 costs none, and a configuration measured once is never measured again (each side keeps a journal).
 
-Optuna is not a requirement of the lab (it did not win, see the doc); without it the script says so and stops.
+Optuna is not a requirement of the lab (ours finds the front in fewer runs, see the doc); without it the script says so and stops.
 """
 
 from __future__ import annotations

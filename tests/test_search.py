@@ -2,6 +2,7 @@
 machine: what it tries, in what order, what it answers, what it spends, and how it resumes after a kill."""
 
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from benchlab.core.knobs import RunSettings
 from benchlab.core.params import parse_params
 from benchlab.core.skips import DeviceFacts
 from benchlab.search import report
+from benchlab.search.front import EXPLORE, Effects, Explorer, area, around
 from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
 from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
@@ -126,8 +128,10 @@ OURS = [Warm("fastest", PARAMS.variants["fastest"]), Warm("lean", PARAMS.variant
 SR = (("weight_dtype", "bf16"), ("optimizer", "adamw_bf16_sr"))  # the refused single's pair
 FASTEST = named(("weight_dtype", "bf16"), ("loss", "onepass"), ("fp8", "blocks"), ("optimizer", "adamw_bf16_sr"),
                 ("compile_mode", "reduce-overhead"))
+GREEDY_LEAN = named(("weight_dtype", "bf16"), ("activation_checkpointing", "selective"), ("loss", "onepass"),
+                    ("fp8", "blocks"), ("optimizer", "adamw_bf16_sr"), ("grad_accum", 2))  # where lean's path ends
 LEAN = named(("weight_dtype", "bf16"), ("activation_checkpointing", "selective"), ("loss", "onepass"), ("fp8", "blocks"),
-             ("optimizer", "adamw_bf16_sr"), ("grad_accum", 2))
+             ("optimizer", "adamw_bf16_sr"), ("compile_mode", "reduce-overhead"), ("grad_accum", 2))  # the front's
 
 
 # ---- the scripted machine itself ----
@@ -238,9 +242,12 @@ def test_the_search_finds_the_scripted_machine_s_fastest_and_lean(tmp_path: Path
     assert [r.name for r in result["paths"]["fastest"]] == ["start", "loss=onepass", named(*SR, ("loss", "onepass")),
                                                             named(*SR, ("loss", "onepass"),
                                                                   ("compile_mode", "reduce-overhead")), FASTEST]
-    # lean: least memory at 85% of the start's speed or more; the chunked loss would take it to 82,545 tokens/s
+    # lean: least memory at 85% of the start's speed or more; the chunked loss would take it to 82,545 tokens/s.
+    # Its greedy path ends at the floor without CUDA graphs; the exploration of the front finds them faster there.
+    assert result["paths"]["lean"][-1].name == GREEDY_LEAN
     assert result["lean"]["name"] == LEAN and result["lean"]["peak_mem_mb"] == FLOOR_MB
-    assert result["lean"]["tokens_per_sec"] == pytest.approx(1.03 * 1.02 * 0.9 * 1.06 * 1.02 * 0.95 * START_TPS)
+    assert result["lean"]["tokens_per_sec"] == pytest.approx(1.03 * 1.02 * 0.9 * 1.06 * 1.02 * 0.95 * 1.04 * 1.02 *
+                                                             START_TPS)
     assert result["lean"]["parity"] == "learns the same"
 
 
@@ -373,6 +380,137 @@ def test_lean_s_answer_is_on_the_front(tmp_path: Path) -> None:
     assert result["lean"]["name"] in [r.name for r in result["front"]]
 
 
+# ---- exploring the front ----
+
+# The scripted machine's front at lean's floor (85% of the start's speed) or above, by brute force over every
+# configuration the rules allow (scripts/search_vs_optuna.py, docs/search-vs-optuna.md): the fastest point, its
+# 8-bit moments instead of bf16_sr, each with a micro-batch split and with selective checkpointing, and both.
+EIGHT_BIT = cand(*dict(cand(("weight_dtype", "bf16"), ("loss", "onepass"), ("fp8", "blocks"), ("optimizer", "adamw_8bit"),
+                            ("compile_mode", "reduce-overhead")).changes).items())
+TOP = Candidate(tuple(dict(cand(("weight_dtype", "bf16"), ("loss", "onepass"), ("fp8", "blocks"),
+                                ("optimizer", "adamw_bf16_sr"), ("compile_mode", "reduce-overhead")).changes).items()))
+KNOWN_FRONT = [TOP.name, EIGHT_BIT.name, TOP.plus(("grad_accum", 2)).name, EIGHT_BIT.plus(("grad_accum", 2)).name,
+               TOP.plus(("activation_checkpointing", "selective")).name,
+               EIGHT_BIT.plus(("activation_checkpointing", "selective")).name, LEAN]
+
+
+def explored(path: Path) -> list[str]:
+    return [r.name for r in Journal(path, CONTEXT).runs.values() if r.phase == EXPLORE]
+
+
+def test_the_exploration_finds_the_scripted_machine_s_known_front(tmp_path: Path) -> None:
+    machine, log = Machine(), []
+    result = searcher(tmp_path / "journal.jsonl", machine, log=log).run()
+    points = [figures(_changes_dict(n)) for n in KNOWN_FRONT]
+    assert all(a[0] > b[0] and a[1] > b[1] for a, b in itertools.pairwise(points))  # slower for less memory, each
+    floor = 0.85 * START_TPS
+    assert [r.name for r in result["front"] if r.tokens_per_sec >= floor] == KNOWN_FRONT
+    assert result["fastest"]["name"] == KNOWN_FRONT[0] and result["lean"]["name"] == KNOWN_FRONT[-1]
+    # the goals' paths found one of the seven in 40 runs (the top); the exploration, 8 runs more, the other six
+    screens = machine.of("screen")
+    assert len(screens) == 48 and screens[40:] == explored(tmp_path / "journal.jsonl")
+    assert set(KNOWN_FRONT) - set(screens[:40]) == set(KNOWN_FRONT[1:]) <= set(screens[40:])
+    assert len(screens) == len(set(screens))  # no configuration screened twice
+    # three passes: the last found nothing new, so the search stopped there with moves left it predicted useless
+    passes = [line for line in log if line.startswith("search: explore pass ")]
+    assert len(passes) == 3 and passes[-1] == "search: explore pass 3: 93 moves around the front's 7 points"
+
+
+def _changes(name: str) -> list[Change]:
+    return list(_changes_dict(name).items())
+
+
+def _changes_dict(name: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in name.split("+"):
+        knob, word = part.split("=")
+        out[knob] = {"true": True, "false": False}.get(word, int(word) if word.isdigit() else word)
+    return out
+
+
+def test_the_exploration_stops_after_a_pass_that_adds_no_front_point(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    searcher(path, Machine()).run()
+    journal = Journal(path, CONTEXT)
+    seen = [r for r in journal.runs.values() if r.phase in SCREENING]
+    asked: list[str] = []
+    log: list[str] = []
+    # the whole front is measured: no move around it is predicted to add to it, and nothing is screened
+    out = Explorer(seen, lambda c: asked.append(c.name), RECIPE, RULES, BATCH, 0.85 * START_TPS, log.append).run()
+    assert out == [] and asked == [] and len(log) == 1
+    # a machine slower than predicted: each move screened falls short, the pass ends when none is predicted to help
+    # any more, and no second pass follows
+    before = [r for r in seen if r.phase != EXPLORE]
+    def worse(c: Candidate) -> Run:
+        return Run(c.name, dict(c.changes), EXPLORE, "ok", tokens_per_sec=50_000.0, peak_mem_mb=9_000.0)
+
+    log.clear()
+    out = Explorer(before, worse, RECIPE, RULES, BATCH, 0.85 * START_TPS, log.append).run()
+    assert 0 < len(out) < 67 and len(log) == 1, log  # pass 1 of 67 moves, cut short
+
+
+def test_moves_around_a_front_point_take_partners_and_drop_a_return_to_the_start(tmp_path: Path) -> None:
+    top = Run(TOP.name, dict(TOP.changes), "fastest", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0)
+    names = [c.name for c in around(top, RECIPE, RULES, BATCH)]
+    assert len(names) == len(set(names)) and TOP.name not in names
+    assert EIGHT_BIT.name in names and TOP.plus(("grad_accum", 2)).name in names  # a speed and a memory move
+    without_fp8 = named(*SR, ("loss", "onepass"), ("compile_mode", "reduce-overhead"))
+    assert without_fp8 in names and "fp8=none" not in "".join(names)  # fp8 back to the start's value: no change
+    # back to fused AdamW (the start's optimizer): the bf16_sr pair's optimizer is no longer a change
+    assert named(("weight_dtype", "bf16"), ("loss", "onepass"), ("fp8", "blocks"),
+                 ("compile_mode", "reduce-overhead")) in names
+    # fp32 weights would leave adamw_bf16_sr alone, which the rules refuse, and no partner fits: left out
+    assert all("weight_dtype=bf16" in n for n in names)
+    assert all(RULES(Candidate().plus(*_changes(n)).settings(RECIPE)) is None for n in names)
+
+
+def test_effects_are_fitted_from_the_runs_and_stop_at_the_memory_floor() -> None:
+    def run(*changes: Change) -> Run:
+        tps, mem = figures(dict(changes))
+        return Run(named(*changes), dict(changes), "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
+
+    runs = [run(), run(("loss", "onepass")), run(("grad_accum", 2)), run(("activation_checkpointing", "full")),
+            run(("grad_accum", 8)),
+            run(("activation_checkpointing", "full"), ("loss", "chunked"), ("grad_accum", 8)),  # at the floor
+            run(("activation_checkpointing", "full"), ("loss", "onepass"), ("grad_accum", 8))]  # at the floor too
+    effects = Effects(runs)
+    assert effects.floor == FLOOR_MB
+    guess = effects.predict(cand(("loss", "onepass"), ("grad_accum", 2)), runs[1])
+    assert guess == pytest.approx(figures({"loss": "onepass", "grad_accum": 2}))  # from the measured base
+    assert effects.predict(cand(("activation_checkpointing", "full"), ("grad_accum", 2)), runs[2])[1] == pytest.approx(
+        10_000 - 1_500 - 5_000)
+    assert effects.predict(cand(("activation_checkpointing", "full"), ("loss", "onepass"), ("grad_accum", 8)),
+                           runs[3])[1] == FLOOR_MB  # 5,000 - 1,500 - 3,000: never below the floor
+    assert effects.predict(cand(("fp8", "blocks")), runs[0]) is None  # never measured: no price
+    assert area([(110.0, 50.0), (100.0, 20.0)], 90.0, 100.0) == 20 * 50 + 10 * 30
+
+
+def test_the_exploration_respects_max_candidates_and_the_budget(tmp_path: Path) -> None:
+    machine = Machine()
+    result = searcher(tmp_path / "capped.jsonl", machine, max_candidates=44).run()
+    assert len(machine.of("screen")) == 44 and len(explored(tmp_path / "capped.jsonl")) == 4
+    assert result["fastest"]["name"] == FASTEST and machine.of("repeat") and machine.of("judge")  # answers still
+    # a budget for 45 screening runs and the reserve (the start's and 2 finalists a goal, 2 repeats each, at 10 s;
+    # two verdicts at 8 s): the exploration stops after five, and confirmation and parity still fit
+    budget = 45 * 10 + 10 * 10 + 2 * 8
+    machine = Machine()
+    result = searcher(tmp_path / "budget.jsonl", machine, budget_s=budget).run()
+    assert len(machine.of("screen")) == 45 and len(explored(tmp_path / "budget.jsonl")) == 5
+    assert result["fastest"]["name"] and result["lean"]["name"]
+    assert Journal(tmp_path / "budget.jsonl", CONTEXT).spent_s() <= budget
+
+
+def test_a_search_killed_at_any_run_of_the_exploration_resumes_without_repeating_one(tmp_path: Path) -> None:
+    calls, phases, result = full_run(tmp_path)
+    for i in [i for i, p in enumerate(phases) if p == "explore"]:
+        path = tmp_path / f"killed-{i}.jsonl"
+        with pytest.raises(Killed):
+            searcher(path, Machine(kill_at=i + 1), OURS).run()
+        again = Machine()
+        assert searcher(path, again, OURS).run() == result
+        assert again.calls == calls[i:], f"killed at run {i + 1}: a run repeated or left out"
+
+
 # ---- the budget ----
 
 def test_the_plan_line_says_how_many_runs_the_budget_buys(tmp_path: Path) -> None:
@@ -445,10 +583,11 @@ def call_phases(path: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("phase", ["warm", "moves", "combine", "confirm", "parity", "front"])
+@pytest.mark.parametrize("phase", ["warm", "moves", "combine", "explore", "confirm", "parity", "front"])
 def test_a_search_killed_in_any_phase_resumes_without_repeating_a_run(tmp_path: Path, phase: str) -> None:
     calls, phases, result = full_run(tmp_path)
-    assert len(phases) == len(calls) and set(phases) == {"warm", "moves", "combine", "confirm", "parity", "front"}
+    assert len(phases) == len(calls) and set(phases) == {"warm", "moves", "combine", "explore", "confirm", "parity",
+                                                         "front"}
     runs = [i for i, p in enumerate(phases) if p == phase]
     kill_at = runs[min(1, len(runs) - 1)] + 1  # the phase's second run where it has two (its first journaled)
     path = tmp_path / "killed.jsonl"

@@ -14,6 +14,9 @@ and `judge` (the parity check); the tests drive the search with fakes of all thr
    move the knobs' rules refuse for a missing partner is retried with the partner the refusal names.
 3. **Combine,** greedily: from the best move, add each other move that helped, best first; keep a change
    when it helps again.
+3b. **Explore the front** (`search_front.py`): passes of moves around every point of the measured front, each
+   priced by what it is predicted to add to the front and screened best first, until a pass adds no point or
+   the budget ends. What it finds joins each goal's finalists.
 4. **Confirm.** The best `confirm` candidates of each goal run `repeats` times more, each in a fresh process;
    their median ranks them.
 5. **Parity.** Down that ranking, the first that learns the same as the reference is the goal's answer.
@@ -32,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from benchlab.core.knobs import RunSettings
+from benchlab.search.front import EXPLORE, Explorer
 from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner
 
@@ -158,6 +162,8 @@ class Search:
             if cand is not None and (run := self.screen(cand, "warm", start)) is not None:
                 warm.append(run)
         ranked = {goal: self.around(goal, start, warm) for goal in GOALS}  # all screening first: one worker
+        explored = self.explore(start)
+        ranked = {goal: self.finalists(goal, start, ranked[goal] + explored) for goal in GOALS}
         start = self.confirmed_start(start)
         answers = {goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS}
         for goal in GOALS:
@@ -202,7 +208,18 @@ class Search:
                 current = run
                 path.append(run)
         self.paths[goal] = path
-        pool = {r.name: r for r in [*points, *tried] if self.eligible(goal, r, start)}
+        return self.finalists(goal, start, [*points, *tried])
+
+    def explore(self, start: Run) -> list[Run]:
+        """The exploration of the front, from the screening runs before it (the same on a resumed search: its own
+        runs come from the journal as it asks for them again, in the order it first made them)."""
+        seen = [r for r in self.journal.runs.values() if r.phase in SCREENING and r.phase != EXPLORE]
+        return Explorer(seen, lambda cand: self.screen(cand, EXPLORE, start), self.start, self.rules, self.batch,
+                        self.limits.lean_floor * float(start.tokens_per_sec or 0), self.log).run()
+
+    def finalists(self, goal: str, start: Run, runs: list[Run]) -> list[Run]:
+        """The goal's best `confirm` runs, each once."""
+        pool = {r.name: r for r in runs if self.eligible(goal, r, start)}
         return sorted(pool.values(), key=lambda r: self.score(goal, r), reverse=True)[: self.limits.confirm]
 
     def eligible(self, goal: str, run: Run, start: Run) -> bool:
