@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from benchlab.analysis.folder_report import folder_params  # noqa: E402
 from benchlab.core.knobs import RunSettings, applied_at  # noqa: E402  (the knob table
 from benchlab.core.params import AggregateParams  # noqa: E402  (the baselines' defaults
+from benchlab.core.record import RESERVED, RSS, Memory, Result, ratio_reference  # noqa: E402
 
 SECTION = re.compile(r"<!-- generated:(\w+)(.*?) -->\n(.*?)<!-- /generated:\1 -->", re.S)
 
@@ -84,21 +85,19 @@ def fallbacks(params: dict) -> list[str]:
 
 
 def reference(params: dict, records: dict[str, dict]) -> str | None:
-    """The variant ratios are taken against: aggregate.baseline if it ran, else the first of
-    aggregate.fallback_baselines that did, as the aggregate stage chooses."""
-    for name in [baseline(params), *fallbacks(params)]:
-        if records.get(name, {}).get("status") == "ok":
-            return name
-    return None
+    """The variant ratios are taken against, as the aggregate stage chooses (benchlab.core.record.ratio_reference)."""
+    results = [Result.of({**rec, "variant": name}) for name, rec in records.items()]
+    return ratio_reference(results, baseline(params), fallbacks(params))
 
 
 def memory_cell(rec: dict) -> str:
-    """Peak memory in MiB: allocated on a GPU (reserved where CUDA graphs hide their pools), resident set on a CPU."""
-    if rec.get("peak_mem_allocated_mb") is None:
-        return f"{rec['peak_rss_mb']:,.0f} (RSS)" if rec.get("peak_rss_mb") is not None else "–"
-    if rec.get("peak_mem_allocated_comparable") is False:
-        return f"{rec['peak_mem_reserved_mb']:,.0f} (reserved)"
-    return f"{rec['peak_mem_allocated_mb']:,.0f}"
+    """Peak memory in MiB, the figure the row is compared by (benchlab.core.record.Memory), named where it is not
+    the allocated peak: reserved where CUDA graphs hide their pools, the resident set on a CPU."""
+    memory = Memory.of(rec)
+    figure = memory.compared()
+    if figure is None:
+        return "–"
+    return f"{figure:,.0f}" + {RESERVED: " (reserved)", RSS: " (RSS)"}.get(memory.compared_key(), "")
 
 
 def interval_cell(rec: dict) -> str:

@@ -6,17 +6,12 @@ import argparse
 from pathlib import Path
 
 from benchlab.core.params import load_params
+from benchlab.core.record import SUMMARY_KEYS, numbers
 from benchlab.core.stage_main import run_main
 from benchlab.core.files import remove_outputs, write_json, write_text
 from benchlab.analysis.summary import markdown, to_csv
 from benchlab.analysis.records import check_one_env, check_one_source, env_of, load_results
 from benchlab.analysis.run_report import RunFiles, write_run_report
-
-# The summary's numbers per variant that `dvc metrics diff` and `dvc exp show` compare.
-SUMMARY_KEYS = ("tokens_per_sec", "tokens_per_sec_per_gpu", "scaling_efficiency_pct", "val_loss_gap_1proc",
-                "speedup_x", "tokens_per_sec_wall", "step_ms_median", "peak_mem_allocated_mb", "peak_mem_reserved_mb",
-                "peak_rss_mb", "mem_change_pct", "mfu_pct", "val_loss", "power_w_mean", "tokens_per_joule",
-                "parity_gap_nats")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,10 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     rows, note = write_run_report(results, files, p.aggregate, args.report_md, args.plot_dir, "Run report")
     write_text(args.summary_csv, to_csv(rows))
     write_text(args.summary_md, markdown(rows, env_of(results[0]), note))
-    write_json(args.summary_json, {  # numbers only: a bool is an int to Python, but no metric
-        f"{row['variant']}.{k}": row[k] for row in rows for k in SUMMARY_KEYS
-        if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)
-    })
+    write_json(args.summary_json,
+               {f"{row['variant']}.{k}": v for row in rows for k, v in numbers(row, SUMMARY_KEYS).items()})
     print(markdown(rows, env_of(results[0]), note))
 
 

@@ -134,8 +134,8 @@ def test_rows_are_grouped_by_kind_in_params_order() -> None:
 def test_memory_bars_are_in_gib_and_show_reserved_where_cuda_graphs_hide_the_allocated_peak() -> None:
     rows = [row("eager", peak_mem_allocated_mb=512.0, peak_mem_reserved_mb=600.0),
             row("big", "oom", "out of memory", peak_mem_allocated_mb=900.0),  # a figure, but no bar: not measured
-            row("graphs", peak_mem_allocated_mb=50.0, peak_mem_reserved_mb=768.0, mem_reserved=True),
-            row("off", "skipped", "no GPU", mem_reserved=True)]
+            row("graphs", peak_mem_allocated_mb=50.0, peak_mem_reserved_mb=768.0, peak_mem_allocated_comparable=False),
+            row("off", "skipped", "no GPU", peak_mem_allocated_comparable=False)]
     fig = memory_figure(rows, "peak_mem_allocated_mb")
     ax = fig.axes[0]
     assert [bar.get_width() for bar in ax.patches] == [0.5, 0.75]  # GiB; not the 50 MiB the allocator saw
@@ -302,8 +302,8 @@ def test_batch_figure_draws_measured_batches_and_marks_the_oom(tmp_path: Path) -
 def test_batch_sweep_of_cuda_graph_rows_plots_their_reserved_peak() -> None:
     from benchlab.analysis.plots import batch_figure
 
-    sweep = [row("g4", settings=knobs(4), peak_mem_allocated_mb=10.0, peak_mem_reserved_mb=512.0, mem_reserved=True),
-             row("g16", settings=knobs(16), peak_mem_allocated_mb=20.0, peak_mem_reserved_mb=2048.0, mem_reserved=True)]
+    sweep = [row("g4", settings=knobs(4), peak_mem_allocated_mb=10.0, peak_mem_reserved_mb=512.0, peak_mem_allocated_comparable=False),
+             row("g16", settings=knobs(16), peak_mem_allocated_mb=20.0, peak_mem_reserved_mb=2048.0, peak_mem_allocated_comparable=False)]
     fig = batch_figure([sweep], "peak_mem_allocated_mb")
     ax_mem = fig.axes[1]
     assert list(ax_mem.get_lines()[0].get_ydata()) == [0.5, 2.0]
@@ -423,7 +423,7 @@ LOOK_ROWS = [
     look("tf32", "skipped", notes="precision=tf32 is a CUDA tensor-core mode of Ampere or newer GPUs, and this one has "
          "none; it would time fp32"),
     look("recipe", kind="recipe", tokens=504_180.0, speedup=11.14, mem_mib=900.0, peak_mem_reserved_mb=4_000.0,
-         mem_reserved=True, tokens_per_sec_pi95_low=492_864.0, tokens_per_sec_pi95_high=515_833.0,
+         peak_mem_allocated_comparable=False, tokens_per_sec_pi95_low=492_864.0, tokens_per_sec_pi95_high=515_833.0,
          tokens_per_joule=735.0),
     look("recipe_b64", "oom", kind="recipe", notes="CUDA out of memory", peak_mem_reserved_mb=140_000.0),
     look("recipe_nocompile", kind="recipe", tokens=301_000.0, speedup=6.65, mem_mib=30_000.0, tokens_per_joule=500.0),
@@ -441,7 +441,7 @@ LOOK_SWEEPS = [
      for b, t, m in ((16, 420_000.0, 30_000.0), (32, 480_000.0, 56_000.0), (64, 504_180.0, 110_000.0))]
     + [look("b128", "oom", kind="recipe", settings={"batch_size": 128})],
     [look(f"graphs_b{b}", kind="ours", tokens=t, speedup=t / 45_257.0, mem_mib=500.0, peak_mem_reserved_mb=m,
-          mem_reserved=True, settings={"batch_size": b, "cuda_graphs": True})
+          peak_mem_allocated_comparable=False, settings={"batch_size": b, "cuda_graphs": True})
      for b, t, m in ((8, 300_000.0, 20_000.0), (16, 390_000.0, 36_000.0))]
     + [look("graphs_b32", "skipped", kind="ours", settings={"batch_size": 32, "cuda_graphs": True})],
 ]

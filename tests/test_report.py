@@ -11,6 +11,7 @@ import torch
 from benchlab.analysis.records import check_one_env, check_one_source, load_parity, load_results, uncommitted
 from benchlab.analysis.summary import UNCOMMITTED_NOTE, assign_kinds, markdown, ratio_reference, summarize, to_csv
 from benchlab.core.errors import LabError
+from benchlab.core.record import Memory
 from benchlab.run.profiling import exposed_communication, family, kernel_markdown, kernel_summary
 
 ENV = {"env.gpu": "NVIDIA H200", "env.driver": "580", "env.cuda": "13.0", "env.torch": "2.11",
@@ -125,7 +126,7 @@ def test_rows_say_what_their_figures_cannot_be_compared_with() -> None:
     graphs, big, shared = rows[1:]
     assert graphs["mem_change_pct"] == pytest.approx(-10.0)  # reserved, not the allocated peak graphs hide
     assert "compare reserved memory" in graphs["notes"]
-    assert graphs["mem_reserved"] is True and not any(r["mem_reserved"] for r in (rows[0], big, shared))
+    assert Memory.of(graphs).by_reserved and not any(Memory.of(r).by_reserved for r in (rows[0], big, shared))
     assert big["loss_ok"] == "n/a (batch 64, fp32_baseline 16)"  # another batch learns another curve
     assert shared["notes"] == "machine shared while timed: other GPU processes [4242], others kept 35% of the CPU busy"
 

@@ -10,6 +10,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from benchlab.analysis.summary import KINDS  # noqa: E402
+from benchlab.core.record import ALLOCATED, RSS, Memory  # noqa: E402
 
 # Axis labels in words and in the units users think in; the memory one depends on which peak was measured.
 THROUGHPUT_LABEL = "throughput (thousand tokens/s, median over timed steps)"
@@ -19,8 +20,8 @@ WHISKER_NOTE = "whiskers: 95% interval of the next run"
 
 
 MEMORY_LABELS = {
-    "peak_mem_allocated_mb": "peak GPU memory allocated (GiB)",
-    "peak_rss_mb": "peak process memory, RSS (GiB)",
+    ALLOCATED: "peak GPU memory allocated (GiB)",
+    RSS: "peak process memory, RSS (GiB)",
 }
 
 
@@ -64,7 +65,7 @@ def status_note(row: dict[str, Any]) -> str:
     if len(reason) > NOTE_CHARS:
         reason = reason[: NOTE_CHARS - 1].rstrip() + "…"
     status = row["status"]
-    reached = row.get("peak_mem_reserved_mb") or row.get("peak_mem_allocated_mb")
+    reached = Memory.of(row).reached()
     if status == "oom" and reached:
         status += f" at {reached:,.0f} MiB"
     return f"{status}: {reason}" if reason else status
@@ -81,8 +82,20 @@ def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def memory_key(rows: list[dict[str, Any]]) -> str:
-    """CUDA's peak allocated where any row has it, else the CPU's peak RSS (what report._mem compares)."""
-    return "peak_mem_allocated_mb" if any(r.get("peak_mem_allocated_mb") for r in rows) else "peak_rss_mb"
+    """The memory axis's label (a key of MEMORY_LABELS): CUDA's peak allocated where any row has it, else the CPU's
+    peak RSS. Each row's figure is the one it is compared by (`memory_of`)."""
+    return ALLOCATED if any(Memory.of(r).allocated_mb for r in rows) else RSS
+
+
+def memory_of(row: dict[str, Any]) -> float | None:
+    """The memory figure (MiB) a row that ran ok is compared by (benchlab.core.record.Memory.compared): its
+    reserved peak where CUDA graphs hide their pools from the allocated one; None for a row without one."""
+    return Memory.of(row).compared() if row["status"] == "ok" else None
+
+
+def by_reserved(row: dict[str, Any]) -> bool:
+    """A row that ran ok and is compared by its reserved peak: drawn hatched, labelled "reserved"."""
+    return row["status"] == "ok" and Memory.of(row).by_reserved
 
 
 def variant_axis(ax: Any, rows: list[dict[str, Any]], has_value: list[bool]) -> None:

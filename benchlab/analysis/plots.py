@@ -36,12 +36,14 @@ from benchlab.analysis.plot_style import (  # noqa: E402
     STEP_TIME_LABEL,
     THROUGHPUT_LABEL,
     WHISKER_NOTE,
+    by_reserved,
     grouped,
     height,
     kind_of,
     legend,
     measured,
     memory_key,
+    memory_of,
     note_unmeasured,
     variant_axis,
     whiskers,
@@ -106,21 +108,14 @@ def throughput_figure(rows: list[dict[str, Any]], reference: str | None = None) 
     return bar_figure(rows, values, label, title, text, reference, [whiskers(r, 1000.0) for r in rows])
 
 
-def memory_of(row: dict[str, Any], mem_key: str) -> float | None:
-    """What a row's memory is compared on (MiB): mem_key's peak, or the reserved peak where CUDA graphs hide their
-    pools from the allocated one (report.summarize sets row["mem_reserved"])."""
-    return row.get("peak_mem_reserved_mb") if row.get("mem_reserved") else row.get(mem_key)
-
-
 def memory_figure(rows: list[dict[str, Any]], mem_key: str, reference: str | None = None) -> Figure:
-    """Peak memory in GiB of what the rows are compared on: mem_key's peak, but the reserved peak, hatched and
-    labelled so, for a row whose allocated peak misses CUDA graphs' pools (row["mem_reserved"])."""
-    reserved = [r["status"] == "ok" and bool(r.get("mem_reserved")) for r in rows]
-    values = [memory_of(r, mem_key) / MIB_PER_GIB if r["status"] == "ok" and memory_of(r, mem_key) is not None
-              else None for r in rows]
+    """Peak memory in GiB of what each row is compared by (`memory_of`), labelled by mem_key's peak; the reserved
+    peak, hatched and labelled so, for a row whose allocated peak misses CUDA graphs' pools."""
+    reserved = [by_reserved(r) for r in rows]
+    values = [None if (mib := memory_of(r)) is None else mib / MIB_PER_GIB for r in rows]
 
     def text(r: dict[str, Any], v: float) -> str:
-        return (f"{v:.2f}" if v < 10 else f"{v:.1f}") + (" reserved" if r.get("mem_reserved") else "")
+        return (f"{v:.2f}" if v < 10 else f"{v:.1f}") + (" reserved" if by_reserved(r) else "")
 
     label = MEMORY_LABELS[mem_key] + (f"; {RESERVED_NOTE}" if any(reserved) else "")
     return bar_figure(rows, values, label, "Peak memory by variant", text, reference, hatched=reserved)
@@ -253,8 +248,7 @@ def batch_figure(sweeps: list[list[dict[str, Any]]], mem_key: str) -> Figure:
         ok = [r for r in sweep if r["status"] == "ok"]
         style = _line_style(i, len(ok))
         for ax, value in ((ax_tps, lambda r: measured(r, "tokens_per_sec", 1000.0)),
-                          (ax_mem, lambda r: None if memory_of(r, mem_key) is None
-                           else memory_of(r, mem_key) / MIB_PER_GIB)):
+                          (ax_mem, lambda r: None if (mib := memory_of(r)) is None else mib / MIB_PER_GIB)):
             points = [(r["settings"]["batch_size"], value(r)) for r in ok if value(r) is not None]
             ax.plot([b for b, _ in points], [v for _, v in points], label=label, **{**style, "markevery": 1})
         for r in sweep:
@@ -267,7 +261,7 @@ def batch_figure(sweeps: list[list[dict[str, Any]]], mem_key: str) -> Figure:
     ax_mem.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_mem.set_xlabel("batch (sequences per optimizer step)")
     ax_tps.set_ylabel(THROUGHPUT_LABEL.split(",")[0] + ")")
-    reserved = any(r["status"] == "ok" and r.get("mem_reserved") for sweep in sweeps for r in sweep)
+    reserved = any(by_reserved(r) for sweep in sweeps for r in sweep)
     ax_mem.set_ylabel(MEMORY_LABELS[mem_key] + ("\n(reserved under CUDA graphs)" if reserved else ""))
     for ax in (ax_tps, ax_mem):
         ax.set_ylim(bottom=0)

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchlab.analysis.plot_style import grouped, memory_key
-from benchlab.analysis.plots import make_plots, memory_of
+from benchlab.analysis.plot_style import by_reserved, grouped, memory_of
+from benchlab.analysis.plots import make_plots
 from benchlab.analysis.records import REFERENCE_SEEDS, load_parity, uncommitted
 from benchlab.analysis.summary import KINDS, UNCOMMITTED_NOTE, memory_cap_gib, not_run_reason, stopped_at, table
 from benchlab.core.files import write_text
@@ -64,7 +64,7 @@ def write_run_report(records: list[dict[str, Any]], files: RunFiles, agg: Aggreg
     pngs = make_plots(rows, files.steps, plot_dir, reference=reference)
     links = [Path(os.path.relpath(p, report_md.parent)).as_posix() for p in pngs]
     sections = [f"# {title}\n", overview(rows), environment(records), settings(records, note),
-                results_table(grouped(rows), rows), energy(rows), parity_section(parity, rows),
+                results_table(grouped(rows)), energy(rows), parity_section(parity, rows),
                 plots(links), kernels(files.profiles, [r["variant"] for r in rows]), not_measured(records, not_run)]
     write_text(report_md, "\n".join(sections))
     return rows, note
@@ -147,19 +147,18 @@ def _num(value: Any, spec: str, suffix: str = "") -> str:
     return DASH if value is None else format(value, spec) + suffix
 
 
-def results_table(rows: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> str:
+def results_table(rows: list[dict[str, Any]]) -> str:
     """The headline table, grouped by kind: throughput with its interval, ratios, memory, MFU, energy, parity."""
     vs = next((r["speedup_vs"] for r in rows if r.get("speedup_vs")), None) or "reference"
-    mem_key = memory_key(all_rows)
     head = ["variant", "kind", "status", "tokens/s", "95% interval (next run)", "runs", f"speedup vs {vs}",
             "peak memory GiB", f"memory vs {vs}", "MFU %", "tokens/J", "learns the same", "notes"]
     lines = ["## Results\n", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
-        mem = memory_of(r, mem_key) if r["status"] == "ok" else None
+        mem = memory_of(r)
         cells = [r["variant"], KINDS.get(r.get("kind", "other"), "other"), r["status"],
                  _num(r.get("tokens_per_sec"), ",.0f"), r.get("tokens_per_sec_pi95") or DASH,
                  _num(r.get("repeats") if r["status"] == "ok" else None, "d"), _num(r.get("speedup_x"), ".2f", "x"),
-                 DASH if mem is None else f"{mem / 1024:.2f}" + (" reserved" if r.get("mem_reserved") else ""),
+                 DASH if mem is None else f"{mem / 1024:.2f}" + (" reserved" if by_reserved(r) else ""),
                  _num(r.get("mem_change_pct"), "+.1f", "%"), _num(r.get("mfu_pct"), ".1f"),
                  _num(r.get("tokens_per_joule"), ",.1f"), r.get("learns_same") or DASH,
                  _notes(r)]

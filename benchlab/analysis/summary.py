@@ -14,8 +14,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from benchlab.core import stats
+from benchlab.core import record, stats
 from benchlab.core.knobs import KNOBS
+from benchlab.core.record import Result, compared_memory
 from benchlab.core.sections import AggregateParams
 
 # Knobs that say how a run is spread over processes; a multi-process row's one-process
@@ -97,7 +98,8 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         ci = _ci(r)
         row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["tokens_per_sec_pi95_low"], row["tokens_per_sec_pi95_high"] = ci or (None, None)  # plots' whiskers
-        row["mem_reserved"] = r.get("peak_mem_allocated_comparable") is False  # plots draw its reserved peak
+        # Whether CUDA graphs hid their pools from the allocated peak: record.Memory reads it from the row too.
+        row["peak_mem_allocated_comparable"] = r.get("peak_mem_allocated_comparable")
         row.update(compare(r, base, tolerance))
         if r["status"] == "ok":
             row["notes"] = "; ".join(warnings(r, repeat_tolerance))
@@ -176,17 +178,14 @@ def parity_columns(rec: dict[str, Any] | None) -> dict[str, Any]:
 
 def ratio_reference(results: list[dict[str, Any]], baseline: str,
                     fallbacks: Sequence[str] = ()) -> tuple[str | None, str]:
-    """The variant every ratio is taken against, and one line saying which and why.
-
-    The baseline where it ran ok; else the first fallback that did (a 24 GiB card cannot hold fp32 GPT-2 124M
-    at batch 16 x 1024, but it can hold the recipe); else none, and the table has no ratios."""
-    by_name = {r["variant"]: r for r in results}
-    if by_name.get(baseline, {}).get("status") == "ok":
+    """The variant every ratio is taken against (benchlab.core.record.ratio_reference), and one line saying which
+    and why."""
+    name = record.ratio_reference([Result.of(r) for r in results], baseline, fallbacks)
+    if name == baseline:
         return baseline, f"Ratios (speedup, memory change, loss check) are against {baseline}, aggregate.baseline."
-    why = f"{baseline} {not_run_reason(by_name.get(baseline))}"
-    for name in fallbacks:
-        if by_name.get(name, {}).get("status") == "ok":
-            return name, f"{why}; ratios are against {name}, the first fallback that ran."
+    why = f"{baseline} {not_run_reason({r['variant']: r for r in results}.get(baseline))}"
+    if name is not None:
+        return name, f"{why}; ratios are against {name}, the first fallback that ran."
     tried = ", ".join(fallbacks) or "none named in aggregate.fallback_baselines"
     return None, f"{why}, and no fallback ran ok ({tried}); the table has no ratios."
 
@@ -289,13 +288,6 @@ def _interference(r: dict[str, Any]) -> str:
     if (r.get("cpu_busy_others_pct_max") or 0.0) > 0:
         parts.append(f"others kept {r['cpu_busy_others_pct_max']:.0f}% of the CPU busy")
     return "machine shared while timed: " + ", ".join(parts)
-
-
-def compared_memory(r: dict[str, Any]) -> float | None:
-    """The memory figure rows are compared on: CUDA peak allocated (reserved under CUDA graphs), else peak RSS."""
-    if r.get("peak_mem_allocated_comparable") is False:
-        return r.get("peak_mem_reserved_mb")
-    return r.get("peak_mem_allocated_mb") if r.get("peak_mem_allocated_mb") is not None else r.get("peak_rss_mb")
 
 
 def _fmt(value: Any, spec: str) -> str:

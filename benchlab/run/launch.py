@@ -157,10 +157,6 @@ def end_repeat_process() -> None:
     os._exit(0)
 
 
-def _peak_mb(rec: RunRecord) -> float | None:
-    return rec.memory.get("peak_mem_allocated_mb") or rec.memory.get("peak_rss_mb")
-
-
 def combine_ranks(records: list[RunRecord]) -> RunRecord:
     """One run's record from its ranks' (rank order): the slowest rank's time per step, the mean loss per step,
     the highest memory peaks; rank 0's validation loss (every rank evaluates the same batches)."""
@@ -178,7 +174,7 @@ def combine_ranks(records: list[RunRecord]) -> RunRecord:
         setattr(out, key, max(values) if values else None)
     out.memory = {k: max((r.memory[k] for r in records if r.memory.get(k) is not None), default=None)
                   for k in first.memory}
-    out.rank_peak_mb = [_peak_mb(r) or 0.0 for r in records]
+    out.rank_peak_mb = [r.peaks.compared() or 0.0 for r in records]
     energy = power.combine([power.PowerReading(r.power_w, r.energy_j, r.power_note) for r in records])
     out.power_w, out.energy_j, out.power_note = energy.power_w, energy.energy_j, energy.note
     out.neighbours = _ranks_neighbours([r.neighbours for r in records])

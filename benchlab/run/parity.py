@@ -23,18 +23,13 @@ import torch
 
 from benchlab.core.errors import LabError
 from benchlab.core.params import Params
+from benchlab.core.record import tail_loss
 from benchlab.run.data import TokenData
 from benchlab.run.hardware import why_not
 from benchlab.run.runner import RunRecord, train_once
 
 # The name of the reference's files in the parity folders; a hyphen keeps it apart from every variant name.
 REFERENCE_NAME = "reference-seeds"
-
-
-def tail_mean(losses: list[float], steps: int) -> float:
-    """The mean training loss over the last `steps` steps."""
-    tail = losses[-steps:]
-    return sum(tail) / len(tail)
 
 
 def data_passes(p: Params, name: str, data: TokenData) -> float:
@@ -75,7 +70,7 @@ def reference_record(p: Params, runs: list[RunRecord], passes: float) -> dict[st
     failed = next((r for r in runs if r.status != "ok"), None)
     if failed is not None:
         return {**out, "status": failed.status, "message": failed.message}
-    tails = [tail_mean(r.losses, p.parity.tail_steps) for r in runs]
+    tails = [tail_loss(r.losses, p.parity.tail_steps) for r in runs]
     return {**out, "status": "ok", "message": "", "tail_losses": tails, "noise_nats": abs(tails[0] - tails[1]),
             "val_losses": [r.val_loss for r in runs], "seed_a_losses": runs[0].losses, "seed_b_losses": runs[1].losses}
 
@@ -95,7 +90,7 @@ def variant_record(p: Params, name: str, run: RunRecord, ref: dict[str, Any], pa
            "message": run.message, "learns_same": None}
     if run.status != "ok":
         return {**out, "verdict": f"not judged: {name} {run.status}: {run.message}"}
-    tail = tail_mean(run.losses, p.parity.tail_steps)
+    tail = tail_loss(run.losses, p.parity.tail_steps)
     out.update({"tail_loss": tail, "val_loss": run.val_loss, "losses": run.losses})
     if ref.get("status") != "ok":
         return {**out, "verdict": f"not judged: the reference {p.parity.reference} {ref.get('status')}: "

@@ -8,6 +8,7 @@ from benchlab.core import stats
 from benchlab.core.files import flat
 from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.params import Params
+from benchlab.core.record import ALLOCATED, MEMORY_KEYS, METRIC_KEYS, RESERVED, TAIL_STEPS, numbers, tail_loss
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.run.runner import RunRecord
 from model.gpt import GPTConfig
@@ -15,19 +16,6 @@ from model.gpt import GPTConfig
 # Another process using more than this share of all CPU cores while we timed
 # makes the figure suspect (a data loader or a second benchmark, say).
 BUSY_OTHERS_PCT = 20.0
-
-# What `dvc metrics diff` and `dvc exp show` compare: numbers only, never the
-# environment or provenance strings, which stay in the full record.
-METRIC_KEYS = (
-    "tokens_per_sec", "tokens_per_sec_per_gpu", "world_size", "tokens_per_sec_wall", "host_overhead_pct", "step_ms_median", "step_ms_p90",
-    "peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb", "mfu_pct", "warmup_s",
-    "final_train_loss", "val_loss", "val_perplexity", "power_w_mean", "tokens_per_joule",
-)
-
-# The learning-parity check's window (README "learning parity"): a run's mean training loss over its last 50
-# steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
-# two parity runs ended 0.03 nats apart on the H200) and a verdict wants their spread.
-TAIL_STEPS = 50
 
 # Leak check: memory held after the last timed step may exceed that after the
 # first by this much before we flag it (allocator and RSS jitter stay below).
@@ -73,7 +61,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     out = {**base, "repeats": len(runs), "steps": len(first.step_ms) or len(first.losses),
            "warmup_steps": first.warmup_steps}
     if failed is not None:  # an OOM keeps the memory it held when it stopped: where a smaller card gives out
-        held = {k: failed.memory.get(k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb")}
+        held = {k: failed.memory.get(k) for k in (ALLOCATED, RESERVED)}
         return {**out, "status": failed.status, "message": failed.message, "diverged_step": failed.diverged_step,
                 **({k: v for k, v in held.items() if v is not None} if failed.status == "oom" else {})}
     tokens = base["tokens_per_step"]
@@ -87,7 +75,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     stall_ms = max(s.longest_ms for s in stalls)
     stall_outside_ms = max(s.outside_ms for s in stalls)
     growth = max(r.mem_growth_mb or 0.0 for r in runs)
-    peak = max((r.memory.get("peak_mem_allocated_mb") or r.memory.get("peak_rss_mb") or 0.0) for r in runs)
+    peak = max(r.peaks.compared() or 0.0 for r in runs)
     fpt = flops_per_token(cfg, n_params, base["block_size"])
     peak_tf = peak_tflops(base.get("env.gpu")) if base.get("env.cuda_available") and base.get("device") == "cuda" else None
     tps_median = stats.describe(tps)["median"]
@@ -126,7 +114,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "stalled_steps": sum(s.steps for s in stalls),  # over all repeats
         "stall_ms_max": stall_ms,  # the worst stalled step's time beyond its window's median
         "stall_outside_steps_ms": stall_outside_ms,  # a stop between two steps, which no step's time holds
-        **{k: _max_or_none(runs, k) for k in ("peak_mem_allocated_mb", "peak_mem_reserved_mb", "peak_rss_mb")},
+        **{k: _max_or_none(runs, k) for k in MEMORY_KEYS},
         # CUDA graphs allocate from private pools that the allocated peak does not see.
         "peak_mem_allocated_comparable": base.get("compile_mode") not in CUDA_GRAPH_MODES,
         "mem_growth_mb": growth,
@@ -144,7 +132,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "val_perplexity": math.exp(vals[0]),
         "val_loss_repeat_spread": max(vals) - min(vals),
         "repeat_val_loss": vals,
-        "repeat_tail_train_loss": [tail_loss(r.losses) for r in runs],
+        "repeat_tail_train_loss": [tail_loss(r.losses, TAIL_STEPS) for r in runs],
         "fp16_skipped_steps": first.skipped_steps,
         **energy(runs, tokens),
     })
@@ -161,12 +149,6 @@ def energy(runs: list[RunRecord], tokens_per_step: int) -> dict[str, Any]:
     per_joule = [tokens_per_step * len(r.timed_ms) / r.energy_j for r in runs]  # type: ignore[operator]
     return {"power_w_mean": stats.describe([r.power_w for r in runs])["median"],  # type: ignore[misc]
             "tokens_per_joule": stats.describe(per_joule)["median"], "power_note": ""}
-
-
-def tail_loss(losses: list[float], steps: int = TAIL_STEPS) -> float:
-    """The mean training loss over a run's last `steps` steps (all of them when it ran fewer)."""
-    tail = losses[-steps:]
-    return sum(tail) / len(tail)
 
 
 def neighbours(runs: list[RunRecord]) -> dict[str, Any]:
@@ -187,7 +169,7 @@ def neighbours(runs: list[RunRecord]) -> dict[str, Any]:
 
 def metric_view(record: dict[str, Any]) -> dict[str, Any]:
     """The numbers a person compares across experiments, for the files DVC reads as metrics."""
-    return {k: record[k] for k in METRIC_KEYS if isinstance(record.get(k), (int, float))}
+    return numbers(record, METRIC_KEYS)
 
 
 def _max_or_none(runs: list[RunRecord], key: str) -> float | None:

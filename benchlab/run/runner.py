@@ -29,6 +29,7 @@ from benchlab.core import parent_watch
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.params import Params
+from benchlab.core.record import Memory
 from benchlab.run import dist, harness, power
 from benchlab.run.apply_knobs import TrainingRun, apply, set_lr
 from benchlab.run.build_model import fresh_model
@@ -62,7 +63,7 @@ class RunRecord:
     exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
     first_step_ms: float | None = None
     window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
-    memory: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)  # benchlab.run.harness.peaks: the keys `peaks` reads
     mem_growth_mb: float | None = None  # memory held after the last timed step minus after the first
     skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
     diverged_step: int | None = None
@@ -80,6 +81,11 @@ class RunRecord:
     @property
     def timed_ms(self) -> list[float]:
         return self.step_ms[self.warmup_steps :]
+
+    @property
+    def peaks(self) -> Memory:
+        """The memory peaks, typed: `peaks.compared()` is the figure this run is compared by."""
+        return Memory.of(self.memory)
 
     def to_json(self) -> str:
         return json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
@@ -317,7 +323,7 @@ def oom_message(batch: int, cap_gib: float, memory: dict, err: Exception) -> str
     e.g. "out of memory at batch size 16 under a 24 GiB cap: 22,194 MiB allocated when 3.07 GiB more was asked for".
     A part torch's text or the memory reading does not give is left out; the whole text goes to the stage's log."""
     cap = f" under a {cap_gib:g} GiB cap" if cap_gib > 0 else ""
-    held = memory.get("peak_mem_allocated_mb")
+    held = Memory.of(memory).allocated_mb
     asked = re.search(r"Tried to allocate (\S+ (?:bytes|[KMGT]iB))", str(err))  # torch's format_size
     parts = [f"{held:,.0f} MiB allocated" if held is not None else "",
              f"{asked[1]} more was asked for" if asked else ""]

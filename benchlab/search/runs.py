@@ -27,11 +27,11 @@ from typing import IO, Any
 
 import torch
 
-from benchlab.analysis.summary import compared_memory
 from benchlab.core import locks, parent_watch
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings
 from benchlab.core.params import Params
+from benchlab.core.record import compared_memory
 from benchlab.run import launch, parity
 from benchlab.run.build_model import model_shape
 from benchlab.run.data import TokenData, load_tokens
