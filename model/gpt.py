@@ -8,14 +8,15 @@ compilation and the optimizer are applied from outside (benchlab/run/apply_knobs
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import get_args
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-Attention = Literal["manual", "sdpa"]
-ATTENTION_KERNELS: tuple[str, ...] = ("manual", "sdpa")
+from benchlab.core.knobs import Attention  # the knob table declares the choices, once
+
+ATTENTION_KERNELS: tuple[str, ...] = get_args(Attention)
 
 
 @dataclass(frozen=True)

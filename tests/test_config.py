@@ -10,12 +10,25 @@ import pytest
 import yaml
 
 from benchlab.core.errors import LabError
-from benchlab.core.knobs import KNOBS, STEPS, RunSettings, applied_at, check_combination, unsupported_reason
+from benchlab.core.knobs import (
+    KNOBS,
+    STEPS,
+    RunSettings,
+    applied_at,
+    check_combination,
+    knob,
+    knobs_in_group,
+    searched,
+    unoptimized,
+    unsupported_reason,
+)
+from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.old_names import from_old_knobs
 from benchlab.core.params import load_params, parse_params, variant_from
-from benchlab.core.skips import ONEPASS_LIGER_VERSION as LIGER_VERSION
 from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
+
+LIGER_VERSION = LOSS_HEADS["onepass"].pinned
 
 CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
 V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
@@ -53,6 +66,19 @@ def test_a_knobs_steps_are_numbered_by_their_place_in_apply_s_order() -> None:
     for f in fields(RunSettings):
         applied = f.metadata["applied"]
         assert isinstance(applied, str) or set(applied) <= set(STEPS), f.name
+
+
+def test_each_knob_declares_its_group_whether_it_is_searched_and_its_unoptimized_value() -> None:
+    # summary.PARALLEL_KNOBS is the parallel group; the search reads `searched` and `unoptimized`.
+    assert knobs_in_group("parallel") == ("parallel", "nproc", "ddp_bucket_mb", "ddp_grad_as_bucket_view",
+                                          "ddp_comm_hook", "fsdp_reshard_after_forward", "fsdp_param_dtype",
+                                          "fsdp_blocks_per_unit", "nccl_max_ctas")
+    assert knobs_in_group("batch") == ("batch_size", "grad_accum")
+    assert all(not searched(k) for k in knobs_in_group("parallel")) and searched("loss") and searched("grad_accum")
+    assert unoptimized("precision") == "fp32" and unoptimized("fused_clip") is False
+    assert unoptimized("grad_accum") is None  # no value is slower by itself: the search moves it by its goal
+    with pytest.raises(ValueError, match="knob group 'speed'; the groups: precision, "):
+        knob(1, "a doc", "somewhere", group="speed")  # type: ignore[arg-type]
 
 
 def test_every_knob_is_one_documented_row_usable_at_the_top_level_and_in_a_variant() -> None:
@@ -237,7 +263,7 @@ def test_stochastic_rounding_needs_torchao_and_a_compiler() -> None:
                                   "fsdp_param_dtype or fsdp_blocks_per_unit is set"),
     ({"nccl_max_ctas": 8}, "parallel='none' is not valid; expected ddp or fsdp2 when nccl_max_ctas is set"),
     ({"loss": "chunked", "loss_chunk_tokens": 0}, "loss_chunk_tokens=0 is not valid; expected a positive count of tokens"),
-    ({"loss": "onepass", "parallel": "fsdp2", "nproc": 2}, "loss='onepass' is not valid; expected standard or chunked "
+    ({"loss": "onepass", "parallel": "fsdp2", "nproc": 2}, "loss='onepass' is not valid; expected standard, inline, chunked or cce "
                                                           "with parallel=fsdp2 (the onepass head reads the output "
                                                           "weight outside the sharded module)"),
     ({"loss_chunk_tokens": 1024}, "loss='standard' is not valid; expected chunked when loss_chunk_tokens is set"),
@@ -667,7 +693,7 @@ _FP8 = ("(the chunked, fused, cce and onepass heads multiply by the output weigh
     ({"fp8": "head", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=head {_FP8}"),
     ({"fp8": "all", "loss": "chunked"}, 8, f"loss='chunked' is not valid; expected standard or inline with fp8=all {_FP8}"),
     ({"fp8": "all", "loss": "inline"}, 8, None),
-    ({"parallel": "fsdp2", "nproc": 2, "loss": "fused"}, 8, "loss='fused' is not valid; expected standard or chunked "
+    ({"parallel": "fsdp2", "nproc": 2, "loss": "fused"}, 8, "loss='fused' is not valid; expected standard, inline, chunked or cce "
      "with parallel=fsdp2 (the fused head reads the output weight outside the sharded module)"),
 ])
 def test_each_impossible_combination_is_refused_in_full_and_its_edge_allowed(knobs: dict, batch: int,

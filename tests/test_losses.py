@@ -6,6 +6,7 @@ import types
 import pytest
 import torch
 
+from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.params import RunSettings
 from benchlab.core.sections import TrainParams
 from benchlab.run.apply_knobs import apply
@@ -332,3 +333,17 @@ def test_a_library_head_without_its_library_says_what_to_install(monkeypatch: py
     with pytest.raises(RuntimeError) as err:
         library_loss(model, model.features, kind)
     assert str(err.value) == message and isinstance(err.value.__cause__, ImportError)
+
+
+@pytest.mark.parametrize("kind", [k for k, head in LOSS_HEADS.items() if head.runs_on_cpu])
+def test_the_catalog_says_which_heads_call_the_model_s_output_layer(kind: str) -> None:
+    # A head that owns the output matmul multiplies by the output weight itself: a float8 `lm_head` would be
+    # bypassed (knobs.check_combination refuses fp8=head with it). The others call the model's `lm_head`.
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.from_name("tiny", vocab_size=64))
+    calls: list[str] = []
+    model.lm_head.register_forward_hook(lambda module, args, out: calls.append("lm_head"))
+    loss = loss_fn(model, kind, lambda module: module, compile_chunks=False, chunk=16)  # type: ignore[arg-type]
+    idx = torch.randint(0, 64, (2, 16))
+    loss(idx, idx).backward()
+    assert bool(calls) is not LOSS_HEADS[kind].owns_output_matmul

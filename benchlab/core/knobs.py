@@ -7,24 +7,12 @@ This module imports neither torch nor the model, so a stage that only reads para
 """
 
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from benchlab.core import skips
 from benchlab.core.errors import LabError
-from benchlab.core.skips import (
-    DeviceFacts,
-    SkipCheck,
-    comm_hook_skip,
-    compile_mode_skip,
-    compile_skip,
-    fp8_skip,
-    loss_skip,
-    max_ctas_skip,
-    nproc_skip,
-    optimizer_skip,
-    param_dtype_skip,
-    precision_skip,
-    weight_dtype_skip,
-)
+from benchlab.core.loss_heads import LOSS_HEADS, LossKind, heads_where, loss_doc
+from benchlab.core.skips import DeviceFacts, SkipCheck
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
@@ -33,12 +21,13 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"
 # tell the graphs a new iteration began.
 CUDA_GRAPH_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 Checkpointing = Literal["none", "full", "selective"]
-LossKind = Literal["standard", "inline", "chunked", "fused", "cce", "onepass"]
 Parallel = Literal["none", "ddp", "fsdp2"]
 ParamDtype = Literal["fp32", "bf16"]
 WeightDtype = Literal["fp32", "bf16"]
 CommHook = Literal["none", "bf16"]
 Float8 = Literal["none", "blocks", "head", "all"]
+# What a knob is about: summary.PARALLEL_KNOBS (how a run is spread over processes) is the "parallel" group's.
+Group = Literal["precision", "kernels", "memory", "loss", "optimizer", "compile", "batch", "parallel"]
 
 # The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention kernel, comes
 # before apply): the one declaration of that order. A knob names the steps it is applied at, the knob table numbers
@@ -47,18 +36,28 @@ STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", 
                           "loss_head", "optimizer", "autocast")
 
 
-def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None,
-         searched: bool = True) -> Any:
-    """One row of the knob table: a dataclass field with its documentation, where it is applied and its device
-    check. `applied` maps steps of STEPS to what happens there, or is a place outside `apply` (unnumbered).
+_DEFAULT = object()  # knob()'s `unoptimized` when not given: the default
 
-    `default` is also the knob's unoptimized value: a search for speed never moves a knob back to it.
-    `searched`: whether the search (benchlab/search/strategy.py) tries the knob's values; the batch and the process
-    layout are a search's inputs, not its answers."""
+
+def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None, *, group: Group,
+         searched: bool = True, unoptimized: Any = _DEFAULT) -> Any:
+    """One row of the knob table: a dataclass field with its documentation, where it is applied, its device check
+    and what the analysis and the search read. `applied` maps steps of STEPS to what happens there, or is a place
+    outside `apply` (unnumbered).
+
+    `group`: what the knob is about (the "parallel" group: how a run is spread over processes).
+    `searched`: whether the search (benchlab/search/) tries the knob's values; the batch and the process layout are
+    a search's inputs, not its answers.
+    `unoptimized`: the value a search for speed never moves the knob back to; by default `default`, the baseline's.
+    None: no value is slower by itself (grad_accum, which the search moves by its goal)."""
     unknown = [s for s in applied if s not in STEPS] if isinstance(applied, dict) else []
     if unknown:  # a bug in this module, found on import
         raise ValueError(f"knob applied at unknown steps {unknown}; the steps: {', '.join(STEPS)}")
-    return field(default=default, metadata={"doc": doc, "applied": applied, "skip": skip, "searched": searched})
+    if group not in get_args(Group):
+        raise ValueError(f"knob group {group!r}; the groups: {', '.join(get_args(Group))}")
+    return field(default=default, metadata={
+        "doc": doc, "applied": applied, "skip": skip, "group": group, "searched": searched,
+        "unoptimized": default if unoptimized is _DEFAULT else unoptimized})
 
 
 def applied_at(f: Field) -> str:
@@ -109,37 +108,31 @@ class RunSettings:
 
     precision: Precision = knob(
         "fp32", "fp32 (TF32 off), tf32 (fp32 with TF32 matmuls; fp32 on a CPU), fp16 (autocast + GradScaler), bf16 (autocast)",
-        {"matmul_flags": "matmul flags", "autocast": "autocast and GradScaler"}, precision_skip)
+        {"matmul_flags": "matmul flags", "autocast": "autocast and GradScaler"}, skips.precision_skip,
+        group="precision")
     weight_dtype: WeightDtype = knob(
         "fp32", "the dtype the model's parameters are kept in, and so their gradients and AdamW's moments: fp32 "
         "(autocast casts each weight to bf16 for its matmul, every step); bf16 (with precision=bf16): no fp32 copy, "
         "so no casts, the residual stream in bf16, half the bytes for the optimizer and the elementwise kernels; "
         "each update is rounded to the nearest bf16 (8 significant bits), so changes below 0.2 to 0.4% of a weight "
         "(weight decay's, late small steps) are lost, unless optimizer=adamw_bf16_sr rounds them stochastically",
-        {"placement": "device placement (model.to)"}, weight_dtype_skip)
+        {"placement": "device placement (model.to)"}, skips.weight_dtype_skip, group="precision")
     attention: Attention = knob(
         "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
-        {"constructor": "the model's constructor (the one switch the model knows)"})
+        {"constructor": "the model's constructor (the one switch the model knows)"}, group="kernels")
     activation_checkpointing: Checkpointing = knob(
         "none", "none; full: every block recomputed in backward; selective: keep matmul and attention outputs, "
-        "recompute the cheap ops between them", {"checkpointing": "wraps each block"})
+        "recompute the cheap ops between them", {"checkpointing": "wraps each block"}, group="memory")
     loss: LossKind = knob(
-        "standard", "standard: logits then cross-entropy, as the public recipe (logits returned); inline: the same "
-        "logits and cross-entropy, but only the loss leaves the compiled region; chunked: after the compiled body, "
-        "the output layer and cross-entropy over chunks of tokens, each chunk's gradients made in forward so only "
-        "one chunk's logits live; fused: liger-kernel's fused linear + cross-entropy, after the "
-        "compiled body; cce: cut-cross-entropy's kernel there instead (logits never stored, no gradient filtering); "
-        "onepass: inside the compiled graph, one op makes the logits, then liger-kernel's cross-entropy kernel writes "
-        "the loss and the logits' gradient in one pass over them and the gradient products follow in forward (on CPU "
-        "the same arithmetic in torch)",
-        {"loss_head": "the loss head"}, loss_skip)
+        "standard", loss_doc(), {"loss_head": "the loss head"}, skips.loss_skip, group="loss")
     loss_chunk_tokens: int = knob(
         2048, "tokens per chunk of the chunked loss head (loss=chunked only): smaller chunks keep less of the logits "
         "and their gradient alive at once, larger ones launch fewer, larger matmuls", {"loss_head": "the loss head"},
-        searched=False)
+        group="loss", searched=False)
     fp8: Float8 = knob(
         "none", "float8 matmuls (torchao, tensorwise scaling): none; blocks: every block's Linear layers; head: the "
-        "tied output head only; all: both", {"float8": "swaps the Linear layers"}, fp8_skip)
+        "tied output head only; all: both", {"float8": "swaps the Linear layers"}, skips.fp8_skip,
+        group="precision")
     optimizer: Optimizer = knob(
         "adamw", "AdamW (decay on matrices only): adamw: torch's for-loop implementation; adamw_fused: torch's fused "
         "kernel; adamw_compiled: gradient clipping and torch's AdamW compiled as one update in compile_mode (with "
@@ -149,68 +142,86 @@ class RunSettings:
         "moments, a quarter of the memory); adamw_bf16_sr: torchao's AdamW with stochastic rounding into bf16 "
         "weights (with weight_dtype=bf16: each weight rounds up or down with odds that make the update right on "
         "average), its per-parameter step run over every parameter in one compiled call (benchlab/run/adamw_bf16_sr.py)",
-        {"optimizer": "the optimizer; adamw_compiled: the training step calls the compiled update"}, optimizer_skip)
+        {"optimizer": "the optimizer; adamw_compiled: the training step calls the compiled update"},
+        skips.optimizer_skip, group="optimizer")
     fused_clip: bool = knob(
         False, "gradient clipping inside fused AdamW's kernel (with optimizer=adamw_fused): the global norm's "
         "clipping factor is handed to the kernel as its grad_scale, which divides each gradient as it reads it, so "
         "the separate pass that rescales every gradient is gone (train.grad_clip 0: nothing to clip, no change)",
-        {"optimizer": "the optimizer"})
+        {"optimizer": "the optimizer"}, group="optimizer")
     compile: bool = knob(
         False, "torch.compile the model and its loss",
         {"parallel": "under fsdp2: each block's forward, before fully_shard",
          "loss_head": "torch.compile around model and loss head (under fsdp2: the output layer with its loss)"},
-        compile_skip)
+        skips.compile_skip, group="compile")
     compile_mode: CompileMode = knob(
         "default", "torch.compile mode: default; reduce-overhead (CUDA graphs); max-autotune-no-cudagraphs "
         "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
         {"loss_head": "torch.compile", "optimizer": "the compiled update (optimizer=adamw_compiled)"},
-        compile_mode_skip)
+        skips.compile_mode_skip, group="compile")
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
-        "the batch stream", searched=False)
+        "the batch stream", group="batch", searched=False)
     grad_accum: int = knob(
-        1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step")
+        1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step",
+        group="batch", unoptimized=None)
     parallel: Parallel = knob(
         "none", "none: one process; ddp: DistributedDataParallel (gradients all-reduced in buckets during "
         "backward); fsdp2: torch.distributed.fsdp.fully_shard on every block and the root (parameters, "
         "gradients and optimizer state sharded over the ranks). ddp and fsdp2 run under torchrun",
         {"parallel": "wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module"},
-            searched=False)
+        group="parallel", searched=False)
     nproc: int = knob(
         1, "processes per node (one per GPU; gloo ranks on a CPU); batch_size stays the global batch, each rank "
         "takes batch_size / (nproc x nodes) of it", "the stage's torchrun launch; the batch stream's rank slice",
-        nproc_skip, searched=False)
+        skips.nproc_skip, group="parallel", searched=False)
     ddp_bucket_mb: int = knob(25, "DDP's gradient bucket size in MiB (bucket_cap_mb): smaller buckets start "
                               "all-reducing sooner in backward, larger ones launch fewer collectives",
-                              {"parallel": "DDP"}, searched=False)
+                              {"parallel": "DDP"}, group="parallel", searched=False)
     ddp_grad_as_bucket_view: bool = knob(
         False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
-        {"parallel": "DDP"}, searched=False)
+        {"parallel": "DDP"}, group="parallel", searched=False)
     ddp_comm_hook: CommHook = knob(
         "none", "DDP's gradient all-reduce: none (in fp32, the gradients' dtype); bf16: torch's bf16_compress_hook "
         "(each bucket cast to bf16 for the all-reduce, half the bytes, then back to fp32)", {"parallel": "DDP"},
-        comm_hook_skip, searched=False)
+        skips.comm_hook_skip, group="parallel", searched=False)
     fsdp_reshard_after_forward: bool = knob(
         True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
               "keeps them until backward, trading memory for one all-gather per block", {"parallel": "fully_shard"},
-                  searched=False)
+        group="parallel", searched=False)
     fsdp_param_dtype: ParamDtype = knob(
         "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
-                "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, param_dtype_skip,
-                    searched=False)
+                "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, skips.param_dtype_skip,
+        group="parallel", searched=False)
     fsdp_blocks_per_unit: int = knob(
         1, "FSDP2: transformer blocks per fully_shard unit (one all-gather and one reduce-scatter each); 1: every "
            "block its own unit; 0: no block units, the root unit holds the whole model. Fewer units mean fewer hooks "
            "for the host to run per step and less overlap of communication with compute", {"parallel": "fully_shard"},
-               searched=False)
+        group="parallel", searched=False)
     nccl_max_ctas: int = knob(
         0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
            "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
-        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", max_ctas_skip,
-            searched=False)
+        "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", skips.max_ctas_skip,
+        group="parallel", searched=False)
 
 
 KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
+_FIELDS: dict[str, Field] = {f.name: f for f in fields(RunSettings)}
+
+
+def knobs_in_group(group: Group) -> tuple[str, ...]:
+    """The knobs of one group, in the table's order."""
+    return tuple(name for name, f in _FIELDS.items() if f.metadata["group"] == group)
+
+
+def searched(name: str) -> bool:
+    """Whether the search tries the knob's values (knob()'s `searched`)."""
+    return _FIELDS[name].metadata["searched"]
+
+
+def unoptimized(name: str) -> Any:
+    """The value a search for speed never moves the knob back to; None where no value is slower by itself."""
+    return _FIELDS[name].metadata["unoptimized"]
 
 
 def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None:
@@ -265,9 +276,23 @@ def check_combination(where: str, s: RunSettings, batch: int) -> None:
     check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
           "chunked when loss_chunk_tokens is set")
-    check(s.fp8 not in ("head", "all") or s.loss in ("standard", "inline"), f"{where}loss", s.loss,
-          f"standard or inline with fp8={s.fp8} (the chunked, fused, cce and onepass heads multiply by the output weight "
+    _check_loss_head(where, s)
+
+
+def _check_loss_head(where: str, s: RunSettings) -> None:
+    """What the loss head does to the output layer (benchlab.core.loss_heads): a head that multiplies by the output
+    weight itself bypasses a float8 output layer, and one that reads it outside the sharded module cannot run
+    under fsdp2."""
+    head = LOSS_HEADS[s.loss]
+    own, other = heads_where(True, "owns_output_matmul"), heads_where(False, "owns_output_matmul")
+    check(s.fp8 not in ("head", "all") or not head.owns_output_matmul, f"{where}loss", s.loss,
+          f"{_listed(other, 'or')} with fp8={s.fp8} (the {_listed(own, 'and')} heads multiply by the output weight "
           "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
-    check(s.parallel != "fsdp2" or s.loss not in ("fused", "onepass"), f"{where}loss", s.loss,
-          f"standard or chunked with parallel=fsdp2 (the {s.loss} head reads the output weight outside the sharded "
-          "module)")
+    check(s.parallel != "fsdp2" or head.fsdp2_safe, f"{where}loss", s.loss,
+          f"{_listed(heads_where(True, 'fsdp2_safe'), 'or')} with parallel=fsdp2 (the {s.loss} head reads the output "
+          "weight outside the sharded module)")
+
+
+def _listed(names: tuple[str, ...], last: str) -> str:
+    """"a, b or c" (`last` "or"), "a, b and c" (`last` "and")."""
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else names[0]

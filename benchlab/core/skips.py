@@ -2,12 +2,15 @@
 
 Each check reads only the device's facts ("this machine cannot": a CPU, a GPU without bf16, a missing library); a
 rule that holds on every machine is refused when params load (`benchlab.core.knobs.check_combination`). The knob table,
-`benchlab.core.knobs.RunSettings`, names each knob's check. Neither torch nor the model is imported here.
+`benchlab.core.knobs.RunSettings`, names each knob's check; the loss heads' needs are their catalog's
+(`benchlab.core.loss_heads`). Neither torch nor the model is imported here.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from benchlab.core.loss_heads import LOSS_HEADS
 
 
 @dataclass(frozen=True)
@@ -97,37 +100,31 @@ def fp8_skip(value: str, s: object, d: DeviceFacts) -> str | None:
 def loss_skip(value: str, s: object, d: DeviceFacts) -> str | None:
     """fused, cce: on CPU, and without their library; onepass: on CUDA without liger-kernel, or with another
     version of it than the one its internal kernel call was written for (its CPU path is torch's)."""
-    if value == "onepass":
-        return onepass_liger_skip(d) if d.kind == "cuda" else None
-    library = {"fused": ("liger-kernel", d.liger), "cce": ("cut-cross-entropy", d.cce)}.get(value)
-    if library is None:
+    head = LOSS_HEADS[value]
+    if head.library is None:
         return None
-    name, installed = library
     if d.kind == "cpu":
-        return f"loss={value} is a Triton kernel ({name}) that needs a CUDA GPU; use loss=chunked on CPU"
-    if not installed:
-        return f"loss={value} needs {name} ({GPU_INSTALL}); or use loss=chunked"
+        return None if head.runs_on_cpu else (f"loss={value} is a Triton kernel ({head.library}) that needs a CUDA "
+                                              f"GPU; use loss={head.instead} on CPU")
+    if head.pinned:
+        return pinned_library_skip(value, d)
+    if not getattr(d, head.installed):
+        return f"loss={value} needs {head.library} ({GPU_INSTALL}); or use loss={head.instead}"
     return None
 
 
-# The liger-kernel release loss=onepass was written against: it calls an internal kernel of it by keyword, whose
-# arguments change between releases. Declared here, with the skip rule that reads it, and imported by the onepass
-# head: this module may not import that head (torch and the model would become every stage's dependencies).
-# requirements-gpu.txt pins the same release (tests/test_requirements.py holds them equal).
-ONEPASS_LIGER_VERSION = "0.8.5"
-
-
-def onepass_liger_skip(d: DeviceFacts) -> str | None:
-    """Why loss=onepass cannot call liger-kernel's kernel on this CUDA device: not installed, or not the release
-    whose internal kernel signature the onepass head calls (another one may take other arguments)."""
-    wanted = ONEPASS_LIGER_VERSION
-    if not d.liger:
-        return (f"loss=onepass runs liger-kernel {wanted}'s cross-entropy kernel on CUDA, and liger-kernel is "
-                f"not installed ({GPU_INSTALL}); or use loss=inline")
-    if d.liger_version != wanted:
-        installed = d.liger_version or "of unknown version"
-        return (f"loss=onepass calls liger-kernel {wanted}'s internal cross-entropy kernel; liger-kernel {installed} "
-                f"is installed ({GPU_INSTALL}); or use loss=inline")
+def pinned_library_skip(value: str, d: DeviceFacts) -> str | None:
+    """Why a loss head that calls an internal kernel of its library cannot on this CUDA device: the library is not
+    installed, or not the release whose kernel signature the head calls (another one may take other arguments)."""
+    head = LOSS_HEADS[value]
+    wanted, library, version = head.pinned, head.library, getattr(d, f"{head.installed}_version")
+    if not getattr(d, head.installed):
+        return (f"loss={value} runs {library} {wanted}'s cross-entropy kernel on CUDA, and {library} is "
+                f"not installed ({GPU_INSTALL}); or use loss={head.instead}")
+    if version != wanted:
+        installed = version or "of unknown version"
+        return (f"loss={value} calls {library} {wanted}'s internal cross-entropy kernel; {library} {installed} "
+                f"is installed ({GPU_INSTALL}); or use loss={head.instead}")
     return None
 
 

@@ -28,6 +28,7 @@ import torch.nn as nn
 
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.sections import TrainParams
 from benchlab.run.hardware import why_not
 from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
@@ -295,7 +296,8 @@ def parallelize(model: GPT, settings: RunSettings, device: torch.device) -> None
 def loss_head(model: GPT, settings: RunSettings, device: torch.device) -> LossFn:
     """The loss the step calls: the chosen head, wrapped by DDP and torch.compile as asked (under FSDP2 with
     compile, a standard or inline head is compiled apart from the body)."""
-    if settings.parallel == "fsdp2" and settings.compile and settings.loss in ("standard", "inline"):
+    head = LOSS_HEADS[settings.loss]
+    if settings.parallel == "fsdp2" and settings.compile and not head.owns_output_matmul:
         return BodyThenHead(model, settings.loss, compiler(settings))  # type: ignore[arg-type]
     return loss_fn(model, settings.loss, wrapper(settings, device), compile_chunks=settings.compile,
                    chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))

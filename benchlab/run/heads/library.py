@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+from benchlab.core.skips import GPU_INSTALL
 from benchlab.run.heads.shared import LossFn
 from model.gpt import GPT
 
@@ -42,7 +43,7 @@ def _liger_loss() -> Kernel:
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError as err:  # checked by the knob's device check; kept for direct callers
-        raise RuntimeError("loss=fused needs liger-kernel: pip install -r requirements-gpu.txt") from err
+        raise RuntimeError(f"loss=fused needs liger-kernel: {GPU_INSTALL}") from err
     liger = LigerFusedLinearCrossEntropyLoss()
     return lambda hidden, weight, targets: liger(weight, hidden, targets)
 
@@ -51,5 +52,5 @@ def _cce_loss() -> Kernel:
     try:
         from cut_cross_entropy import linear_cross_entropy
     except ImportError as err:  # checked by the knob's device check; kept for direct callers
-        raise RuntimeError("loss=cce needs cut-cross-entropy: pip install -r requirements-gpu.txt") from err
+        raise RuntimeError(f"loss=cce needs cut-cross-entropy: {GPU_INSTALL}") from err
     return lambda hidden, weight, targets: linear_cross_entropy(hidden, weight, targets, filter_eps=None)

@@ -19,14 +19,14 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from benchlab.core.skips import ONEPASS_LIGER_VERSION
+from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.run.heads.shared import FP32_SUM_DEVICES
 from model.gpt import GPT
 
 # The liger-kernel release this module was written against (`rows_in_triton` calls an internal kernel of it by
 # keyword, whose arguments change between releases). loss=onepass skips on CUDA under any other version; the
-# constant lives beside that skip rule in benchlab/core/skips.py, which cannot import this module.
-LIGER_VERSION = ONEPASS_LIGER_VERSION
+# release is declared in the loss heads' catalog, which the skip reads (benchlab/core/loss_heads.py).
+LIGER_VERSION = LOSS_HEADS["onepass"].pinned
 # liger-kernel 0.8.5's launch for a CUDA GPU: at most 32,768 columns per block of its row loop (its MAX_FUSED_SIZE),
 # 32 warps per row on Hopper and earlier (its choice for bandwidth-bound rows; 8 on Blackwell for 16-bit inputs).
 LIGER_BLOCK = 32768

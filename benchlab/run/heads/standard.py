@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchlab.core.knobs import LossKind
+from benchlab.core.loss_heads import LOSS_HEADS, LossKind
 from model.gpt import GPT
 
 
@@ -53,7 +53,7 @@ class BodyThenHead:
     H200s that run held more memory per GPU than DDP (README "Past one GPU")."""
 
     def __init__(self, model: GPT, kind: LossKind, wrap_head: Callable[[nn.Module], nn.Module]) -> None:
-        if kind not in ("standard", "inline"):
+        if LOSS_HEADS[kind].owns_output_matmul:
             raise ValueError(f"BodyThenHead takes the standard or inline head, not {kind!r}")
         self.model, self.kind = model, kind
         self.head = wrap_head(OutputLoss(model, keep_logits=kind == "standard"))
