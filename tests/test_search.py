@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from benchlab.core.knobs import RunSettings
+from benchlab.core.knobs import RunSettings, unoptimized
 from benchlab.core.params import parse_params
 from benchlab.core.skips import DeviceFacts
 from benchlab.search import report
 from benchlab.search.front import EXPLORE, Effects, Explorer, area, around
 from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, unoptimized
+from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for
 from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
 from tests.conftest import ROOT, micro_params
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from benchlab.core.errors import LabError
-from benchlab.core.knobs import KNOBS, RunSettings, check_combination, unsupported_reason
+from benchlab.core.knobs import KNOBS, RunSettings, check_combination, searched, unoptimized, unsupported_reason
 from benchlab.core.skips import DeviceFacts
 
 MICRO_BATCH_SPLITS = (2, 4, 8)  # grad_accum values a search for memory tries (each must divide the batch)
@@ -52,15 +52,6 @@ def choices(knob: str) -> tuple[Any, ...]:
     return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
 
 
-def searched(knob: str) -> bool:
-    return next(f for f in fields(RunSettings) if f.name == knob).metadata["searched"]
-
-
-def unoptimized(knob: str) -> Any:
-    """A knob's unoptimized value: the knob table's default."""
-    return next(f for f in fields(RunSettings) if f.name == knob).default
-
-
 def changes_from(start: RunSettings, settings: RunSettings) -> Candidate | None:
     """`settings` as changes to `start`; None where it differs in a knob the search leaves alone (the batch, the
     process layout): an answer to another question."""
@@ -80,7 +71,7 @@ def moves(base: Candidate, start: RunSettings, goal: str, batch: int) -> list[Ca
             if value == getattr(here, knob):
                 continue
             # grad_accum's values already follow the goal (fewer micro-batches for speed, more for memory).
-            undo = knob != "grad_accum" and value == unoptimized(knob) and getattr(start, knob) != value
+            undo = value == unoptimized(knob) and getattr(start, knob) != value
             if goal == "fastest" and undo:
                 continue
             out.append(base.plus((knob, value)))
