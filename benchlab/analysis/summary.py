@@ -15,15 +15,11 @@ from typing import Any
 from tabulate import tabulate
 
 from benchlab.core import record, stats
-from benchlab.core.knobs import KNOBS
+from benchlab.core.knobs import KNOBS, knobs_in_group
 from benchlab.core.record import Result, compared_memory
 from benchlab.core.sections import AggregateParams
 
-# Knobs that say how a run is spread over processes; a multi-process row's one-process
-# counterpart has every other knob the same.
-PARALLEL_KNOBS = ("parallel", "nproc", "ddp_bucket_mb", "ddp_grad_as_bucket_view", "ddp_comm_hook",
-                  "fsdp_reshard_after_forward", "fsdp_param_dtype", "fsdp_blocks_per_unit",
-                  "nccl_max_ctas")
+PARALLEL_KNOBS = knobs_in_group("parallel")  # how a run is spread over processes: the knob table's "parallel" group
 
 # (column, key in the row, format) for the markdown table.
 COLUMNS: list[tuple[str, str, str]] = [
