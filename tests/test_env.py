@@ -97,3 +97,13 @@ def test_git_is_asked_only_to_read_the_checkout(monkeypatch) -> None:
     monkeypatch.setattr(env.subprocess, "run", spy)
     env.tree_clean()
     assert seen and all(e.get("GIT_OPTIONAL_LOCKS") == "0" for e in seen)
+
+
+def test_the_source_hash_and_the_clean_check_read_the_project_s_own_sources() -> None:
+    # env.py's place in the tree names the root: a wrong one would hash no file and call any edit committed.
+    import hashlib
+
+    from tests.conftest import ROOT
+
+    assert env.ROOT == ROOT and (env.ROOT / "benchlab" / "run" / "env.py").is_file()
+    assert env.source_sha256() != hashlib.sha256().hexdigest()

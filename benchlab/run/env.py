@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # benchlab/run/env.py -> the project root
 # The code a result depends on: everything a stage can import.
 SOURCE_DIRS = ("benchlab", "model", "stages")
 
