@@ -4,7 +4,7 @@ The model's body runs (compiled, if asked) up to the final hidden states; the ke
 the autocast dtype (bf16), as the standard head's matmul would.
 
 - fused: liger-kernel's Triton kernel. It runs outside the compiled region: inside it, Liger 0.8.5 failed with a
-  dynamo fake-tensor error (shared/GPU.md).
+  dynamo fake-tensor error on the H200.
 - cce: cut-cross-entropy's kernel (Apple's "Cut Your Losses"), which recomputes logit blocks in backward instead
   of storing them; its gradient filtering (skipping near-zero softmax terms) is turned off, so the gradients are
   the exact ones up to rounding.

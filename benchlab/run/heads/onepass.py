@@ -9,7 +9,7 @@ their gradient (1.12 and 0.98 ms per step in `fastest`'s profile, GPT-2 124M at 
 the logits from forward to backward.
 
 The op is registered with torch.library, so the compiler calls it as one opaque kernel inside the compiled graph
-(liger's own autograd function broke under torch.compile: shared/GPU.md), and CUDA graphs can capture it: it
+(liger's own autograd function broke under torch.compile on the H200), and CUDA graphs can capture it: it
 reads nothing back to the host (liger's Python wrapper counts the targets with `.item()`; the kernel is called
 directly with the count known here). Without CUDA (the CPU) the same arithmetic runs in torch, so the head's
 wiring is tested there; the kernel against it on CUDA (tests/test_onepass.py).
