@@ -1,5 +1,6 @@
-"""The knob table: the fields of `RunSettings`, each with its choices, what it does, where `benchlab.run.apply_knobs.apply`
-applies it, and its check of the device (`benchlab.core.skips`); then the rules that refuse impossible combinations.
+"""The knob table: the fields of `RunSettings`, each with its choices, what it does, where
+`benchlab.run.apply_knobs.apply` applies it, and its check of the device (`benchlab.core.skips`); then the rules
+that refuse impossible combinations.
 
 A skip (`unsupported_reason`) is for "this machine cannot": a CPU, a GPU without bf16, a missing library. A rule
 that holds on every machine is checked when params.yaml loads (`check_combination`), naming the key and the fix.
@@ -29,7 +30,8 @@ Float8 = Literal["none", "blocks", "head", "all"]
 # What a knob is about: summary.PARALLEL_KNOBS (how a run is spread over processes) is the "parallel" group's.
 Group = Literal["precision", "kernels", "memory", "loss", "optimizer", "compile", "batch", "parallel"]
 
-# The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention kernel, comes
+# The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention
+# kernel, comes
 # before apply): the one declaration of that order. A knob names the steps it is applied at, the knob table numbers
 # each by its place here, and tests/test_optimize.py checks that apply takes them in this order.
 STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", "checkpointing", "parallel",
@@ -68,7 +70,7 @@ def applied_at(f: Field) -> str:
     return "; ".join(f"{STEPS.index(step)}. {words}" for step, words in applied.items())
 
 
-# ---- the optimizer: its choices and each one's own rules (what a device needs: benchlab.core.skips.optimizer_skip) -----
+# ---- the optimizer: its choices and each one's own rules (what a device needs: benchlab.core.skips.optimizer_skip)
 
 Optimizer = Literal["adamw", "adamw_fused", "adamw_compiled", "adamw_8bit", "adamw_bf16_sr"]
 

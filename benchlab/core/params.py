@@ -1,7 +1,7 @@
 """params.yaml loaded into typed dataclasses, checked before any work.
 
-Every section is a frozen dataclass (`benchlab.core.sections`); `load_params` refuses unknown keys, wrong types and values outside a
-`Literal`, naming the key, the bad value and the valid ones. The optimization knobs are one table, the fields of
+Every section is a frozen dataclass (`benchlab.core.sections`); `load_params` refuses unknown keys, wrong types
+and values outside a `Literal`, naming the key, the bad value and the valid ones. The optimization knobs are one table, the fields of
 `benchlab.core.knobs.RunSettings`, set at the top level for the train stage and by each variant. This module imports
 neither torch nor the model, so a stage that only reads params (prepare) does not depend on them.
 """

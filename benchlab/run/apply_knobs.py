@@ -1,8 +1,8 @@
 """Every optimization is applied here, from outside the model, in one fixed order: `benchlab.core.knobs.STEPS`, the one
 list of it (the knob table numbers each knob's steps by their place there, and a test holds `apply` to it).
 
-The attention kernel is the model's constructor's (`benchlab.run.build_model`); then `apply` places the model on its device in
-the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
+The attention kernel is the model's constructor's (`benchlab.run.build_model`); then `apply` places the model on its
+device in the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
 chooses how compiled backward replays random ops), applies data parallelism (FSDP2's fully_shard on every block and
 on the model; DDP goes around the loss head's module), builds the loss head, wrapped whole by torch.compile (with its
 mode), makes the optimizer (for-loop, fused, compiled, 8-bit or stochastically rounding AdamW, over the sharded
