@@ -1,17 +1,18 @@
-"""Our search against an Optuna multi-objective study on the scripted machine of tests/test_search.py (issue 44,
-item 5; docs/search-vs-optuna.md has the method and the figures).
+"""Our search against an Optuna multi-objective study on the scripted machines of benchlab/search/landscapes.py:
+families of landscapes with interacting knobs, a large model's profile and measurement noise (issue 49;
+docs/search-vs-optuna.md has the method and the figures).
 
-    python scripts/search_vs_optuna.py                      # both, Optuna's samplers over five seeds
-    python scripts/search_vs_optuna.py --seeds 3 --max-runs 150 --json figures.json
+    python scripts/search_vs_optuna.py                                  # every family, 3 landscapes, 5 Optuna seeds
+    python scripts/search_vs_optuna.py --families large --landscapes 1 --seeds 2 --json figures.json
 
-The machine is a table of knob effects on tokens/s and peak memory (one interacting pair, a memory floor) under
-the knobs' own rules on an H200, so `optimizer=adamw_bf16_sr` alone is refused and needs `weight_dtype=bf16`.
-Its known front is found by brute force: every allowed configuration of the searched knobs, the points no other
-beats on both tokens/s and memory, among those at `lean_floor` of the start's speed or more (the question the
-search answers: the fastest, and the leanest at that floor). A run is one measured configuration; a refused one
-costs none, and a configuration measured once is never measured again (each side keeps a journal).
+Each landscape's known front is found by brute force: every configuration of the searched knobs that the knobs'
+rules allow, the points no other beats on both tokens/s and memory, among those at `lean_floor` of the start's
+speed or more (the question the search answers). A run is one measured configuration; a refused one costs none,
+and neither side measures a configuration twice (each keeps a journal). On a noisy landscape both sides see noisy
+speeds, and what each has found is scored on the true figures of the configurations it measured.
 
-Optuna is not a requirement of the lab (ours finds the front in fewer runs, see the doc); without it the script says so and stops.
+The score is the share of the known front's hypervolume that the measured configurations cover (the area they
+dominate between lean's floor and the start's memory), after 50 runs and after `--max-runs`.
 """
 
 from __future__ import annotations
@@ -20,27 +21,25 @@ import argparse
 import functools
 import itertools
 import json
+import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchlab.core.knobs import KNOBS  # noqa: E402
+from benchlab.search import pareto  # noqa: E402
 from benchlab.search.journal import SCREENING, Journal  # noqa: E402
-from benchlab.search.moves import MICRO_BATCH_SPLITS, Candidate, choices, searched  # noqa: E402
+from benchlab.search.landscapes import BATCH, CONTEXT, FAMILIES, RECIPE, RULES, Landscape, Machine, family  # noqa: E402
+from benchlab.search.moves import Candidate, space  # noqa: E402
 from benchlab.search.strategy import Limits, Search  # noqa: E402
-from tests.test_search import BATCH, CONTEXT, RECIPE, RULES, Machine, figures  # noqa: E402
 
 LEAN_FLOOR = 0.85
-Point = tuple[float, float]  # (tokens/s, peak MiB), rounded so equal figures compare equal
-
-
-def space() -> dict[str, tuple[Any, ...]]:
-    """Every searched knob's values: the space both sides search (grad_accum: 1 and the search's splits)."""
-    return {k: (1, *MICRO_BATCH_SPLITS) if k == "grad_accum" else choices(k) for k in KNOBS if searched(k)}
+EARLY = 50  # the runs at which the first target is read
+Point = tuple[float, float]  # (tokens/s, peak MiB)
 
 
 def as_candidate(values: dict[str, Any]) -> Candidate:
@@ -48,15 +47,10 @@ def as_candidate(values: dict[str, Any]) -> Candidate:
     return Candidate(tuple((k, v) for k, v in values.items() if getattr(RECIPE, k) != v))
 
 
-def point(changes: dict[str, Any]) -> Point:
-    tps, mem = figures(changes)
-    return round(tps, 3), round(mem, 3)
-
-
 @functools.cache
 def allowed() -> tuple[Candidate, ...]:
-    """Every configuration of the space that the rules allow."""
-    knobs = space()
+    """Every configuration of the space that the rules allow (the same rules for every landscape)."""
+    knobs = space(BATCH)
     out = []
     for combo in itertools.product(*knobs.values()):
         cand = as_candidate(dict(zip(knobs, combo)))
@@ -65,33 +59,43 @@ def allowed() -> tuple[Candidate, ...]:
     return tuple(out)
 
 
-def front_of(points: set[Point], floor_tps: float) -> set[Point]:
-    """The points at floor_tps or more that no other beats on both figures (more tokens/s, less memory)."""
-    out, least_mem = set(), float("inf")
-    for tps, mem in sorted((p for p in points if p[0] >= floor_tps), key=lambda p: (-p[0], p[1])):
-        if mem < least_mem:
-            out.add((tps, mem))
-            least_mem = mem
-    return out
+@dataclass(frozen=True)
+class Scored:
+    """A landscape with its known front: the frame every searcher's points are scored in."""
 
+    landscape: Landscape
 
-def known_front() -> tuple[dict[Point, str], int]:
-    """The machine's front by brute force (each point with the fewest-change configuration that gives it), and how
-    many allowed configurations it was taken over."""
-    cands = allowed()
-    front = front_of({point(dict(c.changes)) for c in cands}, LEAN_FLOOR * figures({})[0])
-    named: dict[Point, str] = {}
-    for c in sorted(cands, key=lambda c: len(c.changes)):
-        named.setdefault(point(dict(c.changes)), c.name)
-    return {p: named[p] for p in sorted(front, reverse=True)}, len(cands)
+    @property
+    def floor(self) -> float:
+        return LEAN_FLOOR * self.landscape.start_tps
+
+    def point(self, changes: dict[str, Any]) -> Point:
+        tps, mem = self.landscape.figures(changes)
+        return round(tps, 3), round(mem, 3)
+
+    @functools.cached_property
+    def front(self) -> dict[Point, str]:
+        """The known front by brute force, each point with the fewest-change configuration that gives it."""
+        named: dict[Point, str] = {}
+        for cand in sorted(allowed(), key=lambda c: len(c.changes)):
+            named.setdefault(self.point(dict(cand.changes)), cand.name)
+        points = pareto.front(list(named), lambda p: p, self.floor)
+        return {p: named[p] for p in points}
+
+    def hypervolume(self, points: list[Point]) -> float:
+        return pareto.area(pareto.front(points, lambda p: p, self.floor), self.floor, self.landscape.start_mb)
+
+    def share(self, points: list[Point]) -> float:
+        return self.hypervolume(points) / self.hypervolume(list(self.front))
 
 
 @dataclass
 class Trace:
-    """What one searcher measured, in order: each run's point."""
+    """What one searcher measured, in order: each run's true point."""
 
     name: str
     points: list[Point]
+    seconds: float = 0.0
 
     def runs_to_cover(self, front: set[Point]) -> int | None:
         """Runs made when the last point of the front was first measured; None if it never was."""
@@ -102,48 +106,30 @@ class Trace:
                 return i
         return None
 
-    def coverage(self, front: set[Point], runs: int) -> int:
-        return len(front & set(self.points[:runs]))
 
-    def hypervolume(self, runs: int) -> float:
-        return hypervolume(set(self.points[:runs]))
-
-
-def hypervolume(points: set[Point]) -> float:
-    """The area (tokens/s x MiB) the points dominate between lean's floor and the start's memory: partial credit
-    for a front found in part or nearly."""
-    floor, top_mem = LEAN_FLOOR * figures({})[0], figures({})[1]
-    area, least_mem = 0.0, top_mem
-    for tps, mem in sorted(front_of(points, floor), key=lambda p: -p[0]):
-        if mem < least_mem:
-            area += (tps - floor) * (least_mem - mem)
-            least_mem = mem
-    return area
-
-
-def ours(budget_runs: int, folder: Path) -> Trace:
-    """Our search with the scripted machine's fakes; its screening runs (the measured candidates) in order."""
-    machine = Machine()
-    journal = Journal(folder / "ours.jsonl", CONTEXT)
-    limits = Limits(budget_s=1e9, max_candidates=budget_runs, confirm=2, repeats=2, lean_floor=LEAN_FLOOR)
+def ours(scored: Scored, max_runs: int, folder: Path, seed: int = 0) -> Trace:
+    """Our search with the landscape's fakes, from the recipe, without warm starts; its screening runs in order."""
+    began = time.perf_counter()
+    machine = Machine(scored.landscape)
+    journal = Journal(folder / f"ours-{scored.landscape.name}-{seed}.jsonl", CONTEXT)
+    limits = Limits(budget_s=1e9, max_candidates=max_runs, confirm=2, repeats=2, lean_floor=LEAN_FLOOR, seed=seed)
     Search(RECIPE, RULES, machine.screen, machine.repeat, machine.judge, journal, limits, BATCH,
            log=lambda _: None).run()
     runs = [r for r in journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
-    return Trace("ours", [point(r.changes) for r in runs])
+    return Trace("ours", [scored.point(r.changes) for r in runs], time.perf_counter() - began)
 
 
-def optuna_study(sampler_name: str, seed: int, max_runs: int, storage_path: Path) -> Trace:
+def optuna_study(scored: Scored, seed: int, max_runs: int, storage_path: Path, sampler_name: str = "tpe") -> Trace:
     """An Optuna multi-objective study (tokens/s up, memory down) with each searched knob a categorical parameter,
-    the recipe enqueued first, refused configurations pruned, lean's floor a constraint; it stops after
-    `max_runs` measured configurations. Journal storage: a study stopped part way resumes from its file."""
+    the recipe enqueued first, refused configurations pruned, lean's floor a constraint; it stops after `max_runs`
+    measured configurations. Journal storage: a study stopped part way resumes from its file."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    began = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    knobs = space()
-    floor = LEAN_FLOOR * figures({})[0]
-
+    knobs = space(BATCH)
     sampler = (optuna.samplers.NSGAIISampler(seed=seed, population_size=20) if sampler_name == "nsga2" else
                optuna.samplers.TPESampler(seed=seed, multivariate=True))
     storage = JournalStorage(JournalFileBackend(str(storage_path)))
@@ -151,93 +137,113 @@ def optuna_study(sampler_name: str, seed: int, max_runs: int, storage_path: Path
                                 directions=["maximize", "minimize"], load_if_exists=True)
     if not study.trials:
         study.enqueue_trial({k: getattr(RECIPE, k) for k in knobs})
-    measured: dict[str, Point] = {t.user_attrs["name"]: (t.values[0], t.values[1]) for t in study.trials
-                                  if t.state == optuna.trial.TrialState.COMPLETE}
-    order = [t.user_attrs["name"] for t in study.trials if t.user_attrs.get("new")]
+    seen: dict[str, Point] = {t.user_attrs["name"]: (t.values[0], t.values[1]) for t in study.trials
+                              if t.state == optuna.trial.TrialState.COMPLETE}
+    order = [t.user_attrs["changes"] for t in study.trials if t.user_attrs.get("new")]
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         cand = as_candidate({k: trial.suggest_categorical(k, list(v)) for k, v in knobs.items()})
         trial.set_user_attr("name", cand.name)
         if RULES(cand.settings(RECIPE)) is not None:
             raise optuna.TrialPruned()  # refused by the knobs' rules: no run
-        p = measured.get(cand.name)
+        p = seen.get(cand.name)
         if p is None:  # a configuration measured before costs no second run
-            p = measured[cand.name] = point(dict(cand.changes))
-            order.append(cand.name)
+            p = seen[cand.name] = scored.landscape.measured(dict(cand.changes), "screen")
+            order.append(dict(cand.changes))
             trial.set_user_attr("new", True)
-        trial.set_constraint("lean_floor", floor - p[0])  # feasible at the floor or above
+            trial.set_user_attr("changes", dict(cand.changes))
+        trial.set_constraint("lean_floor", scored.floor - p[0])  # feasible at the floor or above
         return p
 
     for _ in range(50 * max_runs):  # refusals and repeats cost no run; this bounds them
         if len(order) >= max_runs:
             break
         study.optimize(objective, n_trials=1)
-    return Trace(f"{sampler_name} seed {seed}", [measured[n] for n in order])
+    return Trace(f"{sampler_name} seed {seed}", [scored.point(c) for c in order], time.perf_counter() - began)
 
 
-def compare(seeds: int, max_runs: int, folder: Path) -> dict[str, Any]:
-    named, n_allowed = known_front()
-    front = set(named)
-    mine = ours(max_runs, folder)
-    equal = len(mine.points)
-    out: dict[str, Any] = {"allowed_configurations": n_allowed, "front_points": len(front),
-                           "front": [[tps, mem, name] for (tps, mem), name in named.items()], "equal_runs": equal,
-                           "ours": {"runs": equal, "runs_to_front": mine.runs_to_cover(front),
-                                    "covered": mine.coverage(front, equal),
-                                    "hypervolume_share": mine.hypervolume(equal) / hypervolume(front)}}
+def row(scored: Scored, trace: Trace, max_runs: int) -> dict[str, Any]:
+    return {"runs": len(trace.points), "share_at_early": scored.share(trace.points[:EARLY]),
+            "share_at_max": scored.share(trace.points[:max_runs]),
+            "runs_to_front": trace.runs_to_cover(set(scored.front)), "seconds": round(trace.seconds, 1)}
+
+
+def compare(families: list[str], landscapes: int, seeds: int, max_runs: int, folder: Path,
+            log: Any = print) -> dict[str, Any]:
+    out: dict[str, Any] = {"early_runs": EARLY, "max_runs": max_runs, "allowed_configurations": len(allowed()),
+                           "families": {}}
     try:
         import optuna
+        out["optuna_version"] = optuna.__version__
     except ImportError:
-        out["optuna"] = "not installed: pip install optuna to compare (it is not one of the lab's requirements)"
-        return out
-    out["optuna_version"] = optuna.__version__
-    for sampler in ("nsga2", "tpe"):
+        optuna = None
+        out["optuna"] = "not installed: pip install -r requirements.txt"
+    for name in families:
         rows = []
-        for seed in range(seeds):
-            trace = optuna_study(sampler, seed, max_runs, folder / f"optuna-{sampler}-{seed}.log")
-            rows.append({"seed": seed, "runs": len(trace.points), "runs_to_front": trace.runs_to_cover(front),
-                         "covered_at_equal_runs": trace.coverage(front, equal),
-                         "covered_at_max_runs": trace.coverage(front, max_runs),
-                         "hypervolume_share_at_equal_runs": trace.hypervolume(equal) / hypervolume(front),
-                         "hypervolume_share_at_max_runs": trace.hypervolume(max_runs) / hypervolume(front)})
-        out[sampler] = rows
+        for instance in range(1 if name == "separable" else landscapes):
+            scored = Scored(family(name, instance))
+            entry = {"landscape": scored.landscape.name, "front_points": len(scored.front),
+                     "ours": row(scored, ours(scored, max_runs, folder), max_runs), "tpe": []}
+            if optuna is not None:
+                for seed in range(seeds):
+                    trace = optuna_study(scored, seed, max_runs, folder / f"tpe-{scored.landscape.name}-{seed}.log")
+                    entry["tpe"].append(row(scored, trace, max_runs))
+            log(line(entry))
+            rows.append(entry)
+        out["families"][name] = {"landscapes": rows, **means(rows)}
     return out
 
 
-def print_figures(out: dict[str, Any], max_runs: int) -> None:
-    n = out["front_points"]
-    print(f"the known front: {n} points over {out['allowed_configurations']:,} allowed configurations")
-    for tps, mem, name in out["front"]:
-        print(f"  {tps:>9,.0f} tokens/s {mem:>7,.0f} MiB  {name}")
-    o = out["ours"]
-    print(f"ours: {o['runs']} runs, {o['covered']}/{n} of the front, {o['hypervolume_share']:.1%} of its "
-          "hypervolume; whole front after "
-          f"{o['runs_to_front'] or 'never (within its runs)'}")
-    if isinstance(out.get("optuna"), str):
-        print(f"optuna: {out['optuna']}")
-        return
-    for sampler in ("nsga2", "tpe"):
-        for row in out[sampler]:
-            print(f"optuna {sampler} seed {row['seed']}: {row['covered_at_equal_runs']}/{n} "
-                  f"({row['hypervolume_share_at_equal_runs']:.1%}) at {out['equal_runs']} runs, "
-                  f"{row['covered_at_max_runs']}/{n} ({row['hypervolume_share_at_max_runs']:.1%}) at {max_runs}; whole front after "
-                  f"{row['runs_to_front'] or f'more than {max_runs}'} runs")
+def means(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """A family's means: ours over its landscapes, TPE over its landscapes and seeds."""
+    tpe = [t for r in rows for t in r["tpe"]]
+    mean = statistics.fmean
+    return {"ours_share_at_early": mean(r["ours"]["share_at_early"] for r in rows),
+            "ours_share_at_max": mean(r["ours"]["share_at_max"] for r in rows),
+            "ours_min_share_at_early": min(r["ours"]["share_at_early"] for r in rows),
+            "tpe_share_at_early": mean(t["share_at_early"] for t in tpe) if tpe else None,
+            "tpe_share_at_max": mean(t["share_at_max"] for t in tpe) if tpe else None}
+
+
+def line(entry: dict[str, Any]) -> str:
+    o = entry["ours"]
+    text = (f"{entry['landscape']:>16}: front {entry['front_points']:>2} points; ours {o['runs']} runs, "
+            f"{o['share_at_early']:.1%} at {EARLY}, {o['share_at_max']:.1%} at the end "
+            f"(whole front after {o['runs_to_front'] or 'never'}; {o['seconds']:.0f} s)")
+    if entry["tpe"]:
+        text += ("; TPE " + ", ".join(f"{t['share_at_early']:.1%}/{t['share_at_max']:.1%}" for t in entry["tpe"]) +
+                 f" (whole front in {sum(1 for t in entry['tpe'] if t['runs_to_front'])}/{len(entry['tpe'])})")
+    return text
+
+
+def print_figures(out: dict[str, Any]) -> None:
+    print(f"\nhypervolume share of the known front, means (ours over landscapes; TPE over landscapes and seeds); "
+          f"{out['allowed_configurations']:,} allowed configurations")
+    print(f"{'family':>13} | ours at {EARLY} | ours (min) at {EARLY} | TPE at {EARLY} | ours at {out['max_runs']} | "
+          f"TPE at {out['max_runs']}")
+    for name, fam in out["families"].items():
+        tpe = [fam["tpe_share_at_early"], fam["tpe_share_at_max"]]
+        print(f"{name:>13} | {fam['ours_share_at_early']:.1%} | {fam['ours_min_share_at_early']:.1%} | "
+              f"{'' if tpe[0] is None else f'{tpe[0]:.1%}'} | {fam['ours_share_at_max']:.1%} | "
+              f"{'' if tpe[1] is None else f'{tpe[1]:.1%}'}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=5, help="Optuna seeds per sampler")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    ap.add_argument("--landscapes", type=int, default=3, help="landscapes per family (seeds 0, 1, ...)")
+    ap.add_argument("--seeds", type=int, default=5, help="Optuna seeds per landscape")
     ap.add_argument("--max-runs", type=int, default=200, help="measured runs at most, each side")
     ap.add_argument("--folder", help="where the journals go (kept: a rerun resumes); default: a temporary folder")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     if args.folder:
         Path(args.folder).mkdir(parents=True, exist_ok=True)
-        out = compare(args.seeds, args.max_runs, Path(args.folder))
+        out = compare(args.families, args.landscapes, args.seeds, args.max_runs, Path(args.folder))
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            out = compare(args.seeds, args.max_runs, Path(tmp))
-    print_figures(out, args.max_runs)
+            out = compare(args.families, args.landscapes, args.seeds, args.max_runs, Path(tmp))
+    print_figures(out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 

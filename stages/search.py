@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     journal = Journal(out / "journal.jsonl", runs.context(p, measure.device))
     batch = p.batch_size(start)
     limits = strategy.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
-                             p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size)
+                             p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size,
+                             seed=p.seed)
     warm = runs.warm_starts(p, journal.found_elsewhere())
     rules = moves.rules_for(device_facts(measure.device), batch)
     try:

@@ -14,97 +14,27 @@ from typing import Any
 import pytest
 import yaml
 
+from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings, unoptimized
 from benchlab.core.params import parse_params
 from benchlab.core.skips import DeviceFacts
 from benchlab.search import report
-from benchlab.search.front import EXPLORE, Effects, Explorer, area, around
+from benchlab.search.front import EXPLORE, Effects, Explorer, around
+from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine, family
 from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for
-from benchlab.search.strategy import Limits, Search, Warm, found_variants, pareto
+from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, space
+from benchlab.search.pareto import area, front
+from benchlab.search.sampler import GLOBAL, Sampler
+from benchlab.search.strategy import Limits, Search, Warm, figures as run_point, found_variants
 from tests.conftest import ROOT, micro_params
 
-RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
-BATCH = 16
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                   liger_version="0.8.5", cce=True, gpu_count=1)
-RULES = rules_for(H200, BATCH)  # the knobs' own rules: adamw_bf16_sr alone is refused (it needs bf16 weights)
-CONTEXT = {"model": "gpt2_124m", "batch_size": BATCH, "device": "NVIDIA H200", "torch": "2.11.0", "memory_cap_gib": None}
-
-# ---- the scripted machine (scripts/search_vs_optuna.py runs Optuna on it too) ----
-# The recipe runs 100,000 tokens/s in 10,000 MiB. Each change multiplies the speed and adds to the memory; a
-# change not listed costs 1% and no memory; one pair does better together than apart; nothing fits in less than
-# FLOOR_MB (the weights).
-START_TPS, START_MB, FLOOR_MB = 100_000.0, 10_000.0, 1_500.0
-EFFECTS: dict[Change, tuple[float, float]] = {
-    ("precision", "fp32"): (0.30, 9000), ("precision", "tf32"): (0.45, 4000), ("precision", "fp16"): (0.98, 0),
-    ("weight_dtype", "bf16"): (1.03, -2500), ("attention", "manual"): (0.70, 3000),
-    ("activation_checkpointing", "full"): (0.80, -5000), ("activation_checkpointing", "selective"): (0.90, -3000),
-    ("loss", "chunked"): (0.97, -2000), ("loss", "fused"): (1.00, -1800), ("loss", "onepass"): (1.06, -1500),
-    ("fp8", "blocks"): (1.02, 0), ("optimizer", "adamw"): (0.97, 0), ("optimizer", "adamw_8bit"): (0.97, -1500),
-    ("optimizer", "adamw_bf16_sr"): (1.02, -1000), ("compile", False): (0.50, 2000),
-    ("compile_mode", "reduce-overhead"): (1.04, 500),
-    ("grad_accum", 2): (0.95, -1500), ("grad_accum", 4): (0.90, -2500), ("grad_accum", 8): (0.80, -3000)}
-UNLISTED = (0.99, 0.0)
-TOGETHER = {frozenset({("loss", "onepass"), ("compile_mode", "reduce-overhead")}): 1.02}  # one graph, one launch
-
-
-def figures(changes: dict[str, Any]) -> tuple[float, float]:
-    """The scripted machine's tokens/s and peak MiB for a candidate's changes to the recipe."""
-    tps, mem = START_TPS, START_MB
-    for change in changes.items():
-        speed, more = EFFECTS.get(change, UNLISTED)
-        tps, mem = tps * speed, mem + more
-    for pair, speed in TOGETHER.items():
-        tps *= speed if pair <= set(changes.items()) else 1.0
-    return tps, max(mem, FLOOR_MB)
-
-
-class Killed(Exception):
-    """The scripted machine's kill: the process ends in the middle of a run."""
-
-
-class Machine:
-    """screen, repeat and judge for the search, on the scripted machine; every call is counted as `kind:name`, and
-    the call numbered `kill_at` (from 1) raises instead of running. A screening run's wall time is `screen_s`
-    (`timed_s` of it timed steps), a fresh-process repeat's `repeat_s`, a verdict's `judge_s`: by default what the
-    search estimates before it has measured any (search.Search.reserve_s)."""
-
-    def __init__(self, kill_at: int | None = None, fails_parity: tuple[str, ...] = (), screen_s: float = 10.0,
-                 timed_s: float = 2.0, repeat_s: float = 10.0, judge_s: float = 8.0) -> None:
-        self.kill_at, self.fails_parity = kill_at, fails_parity
-        self.screen_s, self.timed_s, self.repeat_s, self.judge_s = screen_s, timed_s, repeat_s, judge_s
-        self.calls: list[str] = []
-
-    def _call(self, kind: str, cand: Candidate) -> None:
-        if self.kill_at is not None and len(self.calls) + 1 == self.kill_at:
-            raise Killed(f"{kind}:{cand.name}")
-        self.calls.append(f"{kind}:{cand.name}")
-
-    def screen(self, cand: Candidate, settings: RunSettings) -> Run:
-        self._call("screen", cand)
-        assert RULES(settings) is None, f"the search ran {cand.name}, which the rules refuse"
-        tps, mem = figures(dict(cand.changes))
-        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.screen_s,
-                   extra={"timed_s": self.timed_s})
-
-    def repeat(self, cand: Candidate, settings: RunSettings) -> Run:
-        self._call("repeat", cand)
-        tps, mem = figures(dict(cand.changes))
-        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.repeat_s)
-
-    def judge(self, cand: Candidate, settings: RunSettings) -> Run:
-        self._call("judge", cand)
-        passed = cand.name not in self.fails_parity
-        return Run(cand.name, {}, "", "ok", passed=passed, wall_s=self.judge_s,
-                   message="learns the same" if passed else "0.3 nats worse")
-
-    def of(self, kind: str) -> list[str]:
-        return [c.split(":", 1)[1] for c in self.calls if c.startswith(kind + ":")]
+SEPARABLE = family("separable")  # the scripted machine (benchlab/search/landscapes.py)
+START_TPS, START_MB, FLOOR_MB = SEPARABLE.start_tps, SEPARABLE.start_mb, SEPARABLE.floor_mb
+figures = SEPARABLE.figures
 
 
 def limits(**kw: float) -> Limits:
-    return Limits(**{"budget_s": 100_000.0, "max_candidates": 200, "confirm": 2, "repeats": 2, "lean_floor": 0.85,
+    return Limits(**{"budget_s": 100_000.0, "max_candidates": 60, "confirm": 2, "repeats": 2, "lean_floor": 0.85,
                      "parity_tokens": 0.0, **kw})
 
 
@@ -330,6 +260,10 @@ def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> 
 
 # ---- the front ----
 
+def pareto(runs: list[Run]) -> list[Run]:
+    return front(runs, run_point)
+
+
 def point(name: str, tps: float | None, mem: float | None) -> Run:
     return Run(name, {}, "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
 
@@ -398,6 +332,10 @@ def explored(path: Path) -> list[str]:
     return [r.name for r in Journal(path, CONTEXT).runs.values() if r.phase == EXPLORE]
 
 
+def sampled(path: Path) -> list[str]:
+    return [r.name for r in Journal(path, CONTEXT).runs.values() if r.phase == GLOBAL]
+
+
 def test_the_exploration_finds_the_scripted_machine_s_known_front(tmp_path: Path) -> None:
     machine, log = Machine(), []
     result = searcher(tmp_path / "journal.jsonl", machine, log=log).run()
@@ -406,14 +344,18 @@ def test_the_exploration_finds_the_scripted_machine_s_known_front(tmp_path: Path
     floor = 0.85 * START_TPS
     assert [r.name for r in result["front"] if r.tokens_per_sec >= floor] == KNOWN_FRONT
     assert result["fastest"]["name"] == KNOWN_FRONT[0] and result["lean"]["name"] == KNOWN_FRONT[-1]
-    # the goals' paths found one of the seven in 40 runs (the top); the exploration, 8 runs more, the other six
+    # the goals' paths found one of the seven in 40 runs (the top); fastest's answer made leaner one run more (full
+    # checkpointing, below the floor); the exploration, 8 runs more, the other six; then the global phase spends
+    # what is left of max_candidates
     screens = machine.of("screen")
-    assert len(screens) == 48 and screens[40:] == explored(tmp_path / "journal.jsonl")
-    assert set(KNOWN_FRONT) - set(screens[:40]) == set(KNOWN_FRONT[1:]) <= set(screens[40:])
+    assert len(screens) == 60 and screens[41:49] == explored(tmp_path / "journal.jsonl")[:8]
+    assert screens[40] == TOP.plus(("activation_checkpointing", "full")).name
+    assert set(screens[49:]) == set(sampled(tmp_path / "journal.jsonl")) | set(explored(tmp_path / "journal.jsonl")[8:])
+    assert set(KNOWN_FRONT) - set(screens[:40]) == set(KNOWN_FRONT[1:]) <= set(screens[41:49])
     assert len(screens) == len(set(screens))  # no configuration screened twice
     # three passes: the last found nothing new, so the search stopped there with moves left it predicted useless
     passes = [line for line in log if line.startswith("search: explore pass ")]
-    assert len(passes) == 3 and passes[-1] == "search: explore pass 3: 93 moves around the front's 7 points"
+    assert len(passes) == 3 and passes[-1] == "search: explore pass 3: 92 moves around the front's 7 points"
 
 
 def _changes(name: str) -> list[Change]:
@@ -432,7 +374,7 @@ def test_the_exploration_stops_after_a_pass_that_adds_no_front_point(tmp_path: P
     path = tmp_path / "journal.jsonl"
     searcher(path, Machine()).run()
     journal = Journal(path, CONTEXT)
-    seen = [r for r in journal.runs.values() if r.phase in SCREENING]
+    seen = [r for r in journal.runs.values() if r.phase in SCREENING and r.phase != GLOBAL]  # as the exploration ended
     asked: list[str] = []
     log: list[str] = []
     # the whole front is measured: no move around it is predicted to add to it, and nothing is screened
@@ -488,14 +430,14 @@ def test_effects_are_fitted_from_the_runs_and_stop_at_the_memory_floor() -> None
 def test_the_exploration_respects_max_candidates_and_the_budget(tmp_path: Path) -> None:
     machine = Machine()
     result = searcher(tmp_path / "capped.jsonl", machine, max_candidates=44).run()
-    assert len(machine.of("screen")) == 44 and len(explored(tmp_path / "capped.jsonl")) == 4
+    assert len(machine.of("screen")) == 44 and len(explored(tmp_path / "capped.jsonl")) == 3  # 40, 1 leaner, 3
     assert result["fastest"]["name"] == FASTEST and machine.of("repeat") and machine.of("judge")  # answers still
     # a budget for 45 screening runs and the reserve (the start's and 2 finalists a goal, 2 repeats each, at 10 s;
     # two verdicts at 8 s): the exploration stops after five, and confirmation and parity still fit
     budget = 45 * 10 + 10 * 10 + 2 * 8
     machine = Machine()
     result = searcher(tmp_path / "budget.jsonl", machine, budget_s=budget).run()
-    assert len(machine.of("screen")) == 45 and len(explored(tmp_path / "budget.jsonl")) == 5
+    assert len(machine.of("screen")) == 45 and len(explored(tmp_path / "budget.jsonl")) == 4
     assert result["fastest"]["name"] and result["lean"]["name"]
     assert Journal(tmp_path / "budget.jsonl", CONTEXT).spent_s() <= budget
 
@@ -519,11 +461,11 @@ def test_the_plan_line_says_how_many_runs_the_budget_buys(tmp_path: Path) -> Non
     start = s.screen(Candidate(), "warm", None)
     # kept: 3 fresh-process repeats (the start, one per goal) at the start's screening run, 2 verdicts at its
     # overhead (10 s less its 2 timed)
-    assert s.reserve_s(start) == 3 * 10 + 2 * 8
-    assert s.plan_line(start) == ("search: budget 200 s: the start's screening run took 10.0 s, so about 14 more "
+    assert s.budget.reserve_s(start) == 3 * 10 + 2 * 8
+    assert s.budget.plan_line(start) == ("search: budget 200 s: the start's screening run took 10.0 s, so about 14 more "
                                   "screening runs fit after 46 s kept for confirmation and parity")
     with_tokens = searcher(tmp_path / "j2.jsonl", Machine(), budget_s=200, confirm=1, repeats=1, parity_tokens=1e6)
-    assert with_tokens.reserve_s(with_tokens.screen(Candidate(), "warm", None)) == 3 * 10 + 2 * (8 + 10)
+    assert with_tokens.budget.reserve_s(with_tokens.screen(Candidate(), "warm", None)) == 3 * 10 + 2 * (8 + 10)
 
 
 def test_spent_includes_confirmation_and_parity(tmp_path: Path) -> None:
@@ -583,11 +525,11 @@ def call_phases(path: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("phase", ["warm", "moves", "combine", "explore", "confirm", "parity", "front"])
+@pytest.mark.parametrize("phase", ["warm", "moves", "combine", "explore", "global", "confirm", "parity", "front"])
 def test_a_search_killed_in_any_phase_resumes_without_repeating_a_run(tmp_path: Path, phase: str) -> None:
     calls, phases, result = full_run(tmp_path)
-    assert len(phases) == len(calls) and set(phases) == {"warm", "moves", "combine", "explore", "confirm", "parity",
-                                                         "front"}
+    assert len(phases) == len(calls) and set(phases) == {"warm", "moves", "combine", "explore", "global", "confirm",
+                                                         "parity", "front"}
     runs = [i for i, p in enumerate(phases) if p == phase]
     kill_at = runs[min(1, len(runs) - 1)] + 1  # the phase's second run where it has two (its first journaled)
     path = tmp_path / "killed.jsonl"
@@ -732,3 +674,85 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     assert " #" not in again.stdout and "parity of" not in again.stdout and "repeated" not in again.stdout, again.stdout
     assert json.loads((workdir / "search.json").read_text()) == summary
     assert {name: (out / name).read_bytes() for name in before} == before  # nothing appended, nothing changed
+
+
+# ---- the global phase (sampler.py) ----
+
+@pytest.mark.parametrize("name", ["interactions", "large", "noisy"])
+def test_the_search_never_stops_with_runs_left_on_any_family(tmp_path: Path, name: str) -> None:
+    machine, log = Machine(family(name, 1)), []
+    searcher(tmp_path / "journal.jsonl", machine, log=log, max_candidates=90).run()
+    screens = machine.of("screen")
+    assert len(screens) == 90 and len(set(screens)) == 90  # its whole allowance, no configuration twice
+    assert sampled(tmp_path / "journal.jsonl") and any(line.startswith("search: global phase") for line in log)
+
+
+def test_a_small_space_is_measured_whole_and_then_the_search_stops(tmp_path: Path) -> None:
+    few = {("loss", "onepass"), ("fp8", "blocks"), ("grad_accum", 2), ("compile_mode", "reduce-overhead")}
+
+    def rules(settings: RunSettings) -> str | None:
+        changed = {(k, getattr(settings, k)) for k in ("loss", "fp8", "grad_accum", "compile_mode", "precision",
+                                                      "weight_dtype", "attention", "activation_checkpointing",
+                                                      "optimizer", "fused_clip", "compile")
+                   if getattr(settings, k) != getattr(RECIPE, k)}
+        return None if changed <= few else "not in this small space"
+
+    machine, log = Machine(), []
+    s = Search(RECIPE, rules, machine.screen, machine.repeat, machine.judge, Journal(tmp_path / "j.jsonl", CONTEXT),
+               limits(max_candidates=1000), BATCH, log=log.append)
+    s.run()
+    assert sorted(machine.of("screen")) == sorted({cand(*sub).name for n in range(5)
+                                                   for sub in itertools.combinations(sorted(few), n)})  # all 16
+    assert "search: every configuration the rules allow has been measured" in log
+
+
+def test_a_refused_proposal_is_screened_with_its_partner_as_one_run() -> None:
+    sampler = Sampler(space(BATCH), RECIPE, RULES, 85_000.0, seed=0)
+    sampler.study.enqueue_trial({**{k: getattr(RECIPE, k) for k in space(BATCH)}, "optimizer": "adamw_bf16_sr"})
+    proposal = sampler.propose(set())
+    assert proposal == cand(*SR)  # the refused single came back with the partner its refusal names
+    assert sampler.study.trials[-1].values == [0.0, 2.0] and sampler.study.trials[-1].constraints  # told: the worst
+    sampler.study.enqueue_trial({**{k: getattr(RECIPE, k) for k in space(BATCH)}, "optimizer": "adamw_bf16_sr"})
+    assert sampler.ask({cand(*SR).name}) is None  # its repair measured already: no run, and asked again
+
+
+def test_every_run_is_told_to_the_sampler_once_with_its_floor(tmp_path: Path) -> None:
+    sampler = Sampler(space(BATCH), RECIPE, RULES, 85_000.0, seed=0)
+    runs = [Run("start", {}, "warm", "ok", tokens_per_sec=100_000.0, peak_mem_mb=10_000.0),
+            Run("precision=tf32", {"precision": "tf32"}, "moves", "ok", tokens_per_sec=45_000.0, peak_mem_mb=14_000.0),
+            Run("loss=fused", {"loss": "fused"}, "moves", "oom", message="out of memory")]
+    sampler.tell(runs)
+    sampler.tell(runs)
+    trials = sampler.study.trials
+    assert len(trials) == 3 and trials[0].values == [100_000.0, 10_000.0] and trials[0].constraints == {
+        "lean_floor": 0.0}
+    assert trials[1].constraints["lean_floor"] > 0  # below the floor: infeasible
+    assert trials[2].values == [0.0, 28_000.0]  # did not run: the worst point
+
+
+def test_without_optuna_the_global_phase_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    with pytest.raises(LabError, match="needs optuna; install it with `pip install -r requirements.txt`"):
+        Sampler(space(BATCH), RECIPE, RULES, 85_000.0, seed=0)
+
+
+def test_lean_is_never_an_answer_that_fastest_beats_on_both_figures() -> None:
+    fast = {"name": "a", "tokens_per_sec": 146.0, "peak_mem_mb": 427.0}
+    lean = {"name": "b", "tokens_per_sec": 99.7, "peak_mem_mb": 442.0}
+    assert Search.undominated({"fastest": fast, "lean": lean})["lean"] == fast
+    leaner = {**lean, "peak_mem_mb": 400.0}
+    assert Search.undominated({"fastest": fast, "lean": leaner})["lean"] == leaner  # a trade: kept
+    as_lean = {**lean, "peak_mem_mb": 427.0}
+    assert Search.undominated({"fastest": fast, "lean": as_lean})["lean"] == fast  # faster at equal memory
+    nothing = {"name": None, "message": "no candidate was confirmed"}
+    assert Search.undominated({"fastest": nothing, "lean": lean})["lean"] == lean
+
+
+def test_on_a_noisy_machine_speeds_within_the_spread_are_ties_on_the_front(tmp_path: Path) -> None:
+    machine = Machine(family("noisy", 0))
+    s = searcher(tmp_path / "journal.jsonl", machine, max_candidates=60)
+    result = s.run()
+    assert s.tie() == 0.01
+    ok = [r for r in s.journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
+    assert [r.name for r in result["front"]] == [r.name for r in front(ok, run_point, tie=0.01)]
+    assert len(result["front"]) > len(front(ok, run_point))  # the ties stay

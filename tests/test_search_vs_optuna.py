@@ -1,5 +1,5 @@
-"""scripts/search_vs_optuna.py: its brute-force front of the scripted machine, and its Optuna study (skipped
-without optuna, which is not one of the lab's requirements)."""
+"""scripts/search_vs_optuna.py: the brute-force fronts of the scripted machines, our search's score on each family,
+and the Optuna study it is compared with."""
 
 import importlib.util
 import sys
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from benchlab.search.landscapes import FAMILIES, RECIPE, RULES, family
 from tests.conftest import ROOT
-from tests.test_search import FASTEST, RECIPE, RULES, figures
 
 SCRIPT = ROOT / "scripts" / "search_vs_optuna.py"
+FASTEST = "weight_dtype=bf16+loss=onepass+fp8=blocks+optimizer=adamw_bf16_sr+compile_mode=reduce-overhead"
 
 
 @pytest.fixture(scope="module")
@@ -23,49 +24,58 @@ def script():
     del sys.modules["search_vs_optuna"]
 
 
-def test_the_front_of_a_few_points_keeps_the_unbeaten_at_or_above_the_floor(script) -> None:
-    points = {(100.0, 50.0), (120.0, 80.0), (90.0, 40.0), (95.0, 60.0), (120.0, 81.0), (99.0, 50.0), (80.0, 1.0)}
-    assert script.front_of(points, 85.0) == {(100.0, 50.0), (120.0, 80.0), (90.0, 40.0)}
-    assert script.front_of(points, 0.0) == {(100.0, 50.0), (120.0, 80.0), (90.0, 40.0), (80.0, 1.0)}
-    assert script.front_of({(100.0, 50.0), (100.0, 50.0), (100.0, 60.0)}, 0.0) == {(100.0, 50.0)}
-
-
 def test_the_brute_force_front_is_the_scripted_machine_s(script) -> None:
-    front, n_allowed = script.known_front()
-    assert n_allowed == len(script.allowed()) and 0 < n_allowed < 4 * 2 * 2 * 3 * 6 * 4 * 5 * 2 * 2 * 4 * 4
+    scored = script.Scored(family("separable"))
+    front = scored.front
+    n_allowed = len(script.allowed())
+    assert 0 < n_allowed < 4 * 2 * 2 * 3 * 6 * 4 * 5 * 2 * 2 * 4 * 4
     assert all(RULES(c.settings(RECIPE)) is None for c in script.allowed()[:: 997])  # each one allowed
-    # the fastest allowed configuration: every change that speeds the machine up, the pair's bonus included
-    assert max(front) == script.point({"weight_dtype": "bf16", "loss": "onepass", "fp8": "blocks",
-                                       "optimizer": "adamw_bf16_sr", "compile_mode": "reduce-overhead"})
-    assert front[max(front)] == FASTEST
-    # no allowed configuration beats a front point on both figures, and every point is at lean's floor or above
-    every = {script.point(dict(c.changes)) for c in script.allowed()}
-    for tps, mem in front:
-        assert tps >= 0.85 * figures({})[0]
-        assert not any(t >= tps and m <= mem and (t, m) != (tps, mem) for t, m in every)
-    # and any other point at the floor or above is beaten by one of them
-    for t, m in every - set(front):
-        if t >= 0.85 * figures({})[0]:
+    assert len(front) == 7 and front[max(front)] == FASTEST  # every change that speeds it up, the pair included
+    every = {scored.point(dict(c.changes)) for c in script.allowed()}
+    for tps, mem in front:  # unbeaten, at the floor or above
+        assert tps >= scored.floor and not any(t >= tps and m <= mem and (t, m) != (tps, mem) for t, m in every)
+    for t, m in every - set(front):  # any other point at the floor or above is beaten by one of them
+        if t >= scored.floor:
             assert any(tps >= t and mem <= m for tps, mem in front)
+    assert scored.share(list(front)) == 1.0 and scored.share([scored.point({})]) == 0.0
 
 
-def test_our_search_on_the_machine_finds_the_whole_front(script, tmp_path: Path) -> None:
-    front, _ = script.known_front()
-    trace = script.ours(200, tmp_path)
-    assert trace.points[0] == script.point({}) and max(front) in trace.points
-    assert trace.coverage(set(front), len(trace.points)) == len(front) == 7
-    assert trace.runs_to_cover(set(front)) == len(trace.points)  # its last run found the front's last point
-    assert trace.hypervolume(len(trace.points)) == script.hypervolume(set(front))
-    assert script.ours(40, tmp_path / "short").coverage(set(front), 40) < len(front)  # the goals' paths alone do not
+@pytest.mark.parametrize("name", FAMILIES)
+def test_our_search_holds_90_percent_of_the_front_after_50_runs_on_each_family(script, tmp_path: Path,
+                                                                                name: str) -> None:
+    scored = script.Scored(family(name, 0))
+    trace = script.ours(scored, 50, tmp_path)
+    assert len(trace.points) == 50 and trace.points[0] == scored.point({})
+    assert scored.share(trace.points) >= 0.90, f"{scored.landscape.name}: {scored.share(trace.points):.1%}"
+
+
+def test_on_the_separable_machine_our_search_finds_the_whole_front_and_goes_on_to_its_cap(script,
+                                                                                       tmp_path: Path) -> None:
+    scored = script.Scored(family("separable"))
+    trace = script.ours(scored, 80, tmp_path)
+    assert trace.runs_to_cover(set(scored.front)) == 49 and len(trace.points) == 80  # never stops with runs left
+    assert len(set(trace.points)) > 70  # few configurations share a point: it measures new ones
 
 
 def test_the_optuna_study_counts_runs_and_resumes_from_its_journal(script, tmp_path: Path) -> None:
     pytest.importorskip("optuna")
+    scored = script.Scored(family("noisy", 0))
     storage = tmp_path / "study.log"
-    first = script.optuna_study("nsga2", 0, 12, storage)
+    first = script.optuna_study(scored, 0, 12, storage)
     assert len(first.points) == 12
-    assert first.points[0] == script.point({})  # the recipe, enqueued first
-    again = script.optuna_study("nsga2", 0, 12, storage)
+    assert first.points[0] == scored.point({})  # the recipe, enqueued first; scored on its true figures
+    again = script.optuna_study(scored, 0, 12, storage)
     assert again.points == first.points  # nothing measured again
-    more = script.optuna_study("nsga2", 0, 15, storage)
+    more = script.optuna_study(scored, 0, 15, storage)
     assert more.points[:12] == first.points and len(more.points) == 15
+
+
+def test_the_comparison_reports_each_family_s_means(script, tmp_path: Path) -> None:
+    pytest.importorskip("optuna")
+    lines: list[str] = []
+    out = script.compare(["separable", "large"], 1, 1, 20, tmp_path, lines.append)
+    assert list(out["families"]) == ["separable", "large"] and len(lines) == 2
+    large = out["families"]["large"]
+    assert large["landscapes"][0]["landscape"] == "large-0" and len(large["landscapes"][0]["tpe"]) == 1
+    assert large["ours_share_at_max"] == large["landscapes"][0]["ours"]["share_at_max"]
+    assert 0 < large["tpe_share_at_max"] <= 1 and large["landscapes"][0]["ours"]["runs"] == 20

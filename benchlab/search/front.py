@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from benchlab.core.knobs import RunSettings
+from benchlab.search import pareto
+from benchlab.search.pareto import area
 from benchlab.search.journal import Run
 from benchlab.search.moves import Candidate, Rules, moves, partner
 
@@ -49,27 +51,10 @@ def measured(run: Run) -> bool:
     return run.status == "ok" and bool(run.tokens_per_sec) and bool(run.peak_mem_mb)
 
 
-def front_of(runs: list[Run], floor_tps: float) -> list[Run]:
-    """The measured runs at floor_tps or more that no other beats on both figures, fastest first; of equal
-    figures, the first measured."""
-    out: list[Run] = []
-    least = math.inf
-    for run in sorted((r for r in runs if measured(r) and float(r.tokens_per_sec or 0) >= floor_tps),
-                      key=lambda r: (-float(r.tokens_per_sec or 0), float(r.peak_mem_mb or 0))):
-        if float(run.peak_mem_mb or 0) < least:
-            out.append(run)
-            least = float(run.peak_mem_mb or 0)
-    return out
-
-
-def area(points: list[Point], floor_tps: float, top_mem: float) -> float:
-    """The hypervolume of the points: the area (tokens/s above floor_tps, times MiB under top_mem) they dominate."""
-    total, least = 0.0, top_mem
-    for tps, mem in sorted(points, key=lambda p: (-p[0], p[1])):
-        if tps > floor_tps and mem < least:
-            total += (tps - floor_tps) * (least - mem)
-            least = mem
-    return total
+def front_of(runs: list[Run], floor_tps: float, tie: float = 0.0) -> list[Run]:
+    """The measured runs at floor_tps or more that no other beats (pareto.front), fastest first."""
+    return pareto.front(runs, lambda r: (float(r.tokens_per_sec or 0), float(r.peak_mem_mb or 0))
+                        if measured(r) else None, floor_tps, tie)
 
 
 class Effects:
@@ -140,9 +125,9 @@ class Explorer:
     """The passes (see the module's docstring) over the runs measured before them, `seen`."""
 
     def __init__(self, seen: list[Run], screen: Screen, start: RunSettings, rules: Rules, batch: int,
-                 floor_tps: float, log: Callable[[str], None]) -> None:
+                 floor_tps: float, log: Callable[[str], None], tie: float = 0.0) -> None:
         self.seen, self.screen, self.start, self.rules, self.batch = list(seen), screen, start, rules, batch
-        self.floor_tps, self.log = floor_tps, log
+        self.floor_tps, self.log, self.tie = floor_tps, log, tie
         self.explored: list[Run] = []
 
     def run(self) -> list[Run]:
@@ -150,7 +135,7 @@ class Explorer:
         number = 0
         while True:
             number += 1
-            front = front_of(self.seen, self.floor_tps)
+            front = front_of(self.seen, self.floor_tps, self.tie)
             names = {r.name for r in self.seen}
             pool: dict[str, Move] = {}
             for point in front:
@@ -162,7 +147,7 @@ class Explorer:
             if not self.one_pass(list(pool.values())):
                 return self.explored  # the budget ended
             new = {r.name for r in self.explored[before:]}
-            if not new & {r.name for r in front_of(self.seen, self.floor_tps)}:
+            if not new & {r.name for r in front_of(self.seen, self.floor_tps, self.tie)}:
                 return self.explored
 
     def one_pass(self, pool: list[Move]) -> bool:
@@ -181,7 +166,7 @@ class Explorer:
         """The move predicted to add the most to the front, if that is at least MIN_GAIN of the front's area; else
         the first whose change was never measured; else None."""
         effects = Effects(self.seen)
-        front = [(float(r.tokens_per_sec or 0), float(r.peak_mem_mb or 0)) for r in front_of(self.seen, self.floor_tps)]
+        front = [(float(r.tokens_per_sec or 0), float(r.peak_mem_mb or 0)) for r in front_of(self.seen, self.floor_tps, self.tie)]
         top_mem = 2 * max((m for _, m in front), default=0.0)  # room for a faster point that takes more memory
         now = area(front, self.floor_tps, top_mem)
         best, best_gain, unpriced = None, 0.0, None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # The phases whose runs are screening runs (one short run each, on the screening worker).
-SCREENING = ("warm", "moves", "fastest", "lean", "explore")
+SCREENING = ("warm", "moves", "fastest", "lean", "explore", "global")
 # What makes two contexts the same machine: answers found on another device or software are not used.
 SAME_MACHINE = ("device", "torch", "memory_cap_gib")
 
@@ -26,7 +26,7 @@ class Run:
 
     name: str
     changes: dict[str, Any]
-    phase: str  # warm | moves | fastest | lean | explore (screening) | confirm | parity | found
+    phase: str  # warm | moves | fastest | lean | explore | global (screening) | confirm | parity | found
     status: str  # ok | oom | diverged | error | refused (| passed, failed for parity)
     tokens_per_sec: float | None = None
     peak_mem_mb: float | None = None

@@ -52,6 +52,12 @@ def choices(knob: str) -> tuple[Any, ...]:
     return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
 
 
+def space(batch: int) -> dict[str, tuple[Any, ...]]:
+    """Every searched knob's values: its choices; grad_accum's, 1 and the splits that divide the batch."""
+    return {k: (1, *(n for n in MICRO_BATCH_SPLITS if batch % n == 0)) if k == "grad_accum" else choices(k)
+            for k in KNOBS if searched(k)}
+
+
 def changes_from(start: RunSettings, settings: RunSettings) -> Candidate | None:
     """`settings` as changes to `start`; None where it differs in a knob the search leaves alone (the batch, the
     process layout): an answer to another question."""

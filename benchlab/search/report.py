@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.strategy import GOALS, Limits
+from benchlab.search.budget import GOALS, Limits
 
 # Where a run's wall time went (search_runs fills `Run.extra` with these, in seconds).
 BREAKDOWN = ("startup_s", "build_s", "apply_s", "warmup_s", "timed_s", "eval_s")

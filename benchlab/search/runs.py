@@ -183,6 +183,13 @@ def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[stra
     return list(unique.values())
 
 
+def spread(record: dict[str, Any]) -> float | None:
+    """The run's speed spread as a share: half the p10-p90 range of its step times over their median (the search
+    takes speeds closer than this for ties on its front)."""
+    p10, p90, median = (record.get(k) for k in ("step_ms_p10", "step_ms_p90", "step_ms_median"))
+    return (p90 - p10) / (2 * median) if p10 is not None and p90 is not None and median else None
+
+
 def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
     """Where a run's wall time went, for the candidates file (search_report.BREAKDOWN)."""
     timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
@@ -207,7 +214,7 @@ class Runs:
         record = measured_record(base, [rec], cfg, n_params, p.bench.steady_tolerance)
         run = Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
                   peak_mem_mb=compared_memory(record), wall_s=wall,
-                  message=record.get("message") or "", extra=breakdown(rec, wall))
+                  message=record.get("message") or "", extra={**breakdown(rec, wall), "tps_spread": spread(record)})
         print(f"search: {what} {cand.name}: {run.status}" + (f", {run.tokens_per_sec:,.0f} tokens/s, "
               f"{run.peak_mem_mb:,.0f} MiB" if run.status == "ok" else f": {run.message}") + f" ({wall:.1f} s)",
               flush=True)

@@ -14,14 +14,18 @@ and `judge` (the parity check); the tests drive the search with fakes of all thr
    move the knobs' rules refuse for a missing partner is retried with the partner the refusal names.
 3. **Combine,** greedily: from the best move, add each other move that helped, best first; keep a change
    when it helps again.
-3b. **Explore the front** (`search_front.py`): passes of moves around every point of the measured front, each
-   priced by what it is predicted to add to the front and screened best first, until a pass adds no point or
-   the budget ends. What it finds joins each goal's finalists.
+3b. **Explore the front** (`front.py`): passes of moves around every point of the measured front, each
+   priced by what it is predicted to add to the front and screened best first, until a pass adds no point.
+3c. **Sample globally** (`sampler.py`): what budget is left goes to Optuna's multivariate TPE, seeded with every
+   run so far, which proposes whole configurations (where knobs interact, no one-knob move leads there); a point
+   it adds to the front starts another exploration around it. The search stops with budget left only when it
+   has measured every configuration the rules allow. What 3b and 3c find joins each goal's finalists.
 4. **Confirm.** The best `confirm` candidates of each goal run `repeats` times more, each in a fresh process;
    their median ranks them.
 5. **Parity.** Down that ranking, the first that learns the same as the reference is the goal's answer.
-6. **The front.** Every measured candidate not beaten on both tokens/s and peak memory by another, those that
-   failed parity left out; its points are judged for parity while the budget lasts (`front.py`).
+6. **The front.** Every measured candidate not beaten on both tokens/s and peak memory by another (`pareto.py`:
+   speeds within the measured spread are ties), those that failed parity left out; its points are judged for
+   parity while the budget lasts. `lean` is never an answer the other answer beats on both figures.
 
 `budget_s` bounds the whole search: screening stops early enough to leave the confirmation and parity runs
 their measured (or, before any, estimated) cost. Every run is appended to the journal as it ends, so a search
@@ -35,24 +39,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from benchlab.core.knobs import RunSettings
-from benchlab.search.front import EXPLORE, Explorer
+from benchlab.search import pareto
+from benchlab.search.budget import GOALS, Budget, Limits
+from benchlab.search.front import EXPLORE, Effects, Explorer
 from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner
-
-GOALS = ("fastest", "lean")
-
+from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner, space
+from benchlab.search.sampler import GLOBAL, Sampler
 
 Measure = Callable[[Candidate, RunSettings], Run]
-
-
-@dataclass(frozen=True)
-class Limits:
-    budget_s: float
-    max_candidates: int
-    confirm: int
-    repeats: int
-    lean_floor: float
-    parity_tokens: float = 0.0  # tokens one parity run trains: with the start's speed, what a verdict costs
 
 
 @dataclass(frozen=True)
@@ -70,67 +64,32 @@ class Search:
         self.start, self.rules, self.screen_run, self.repeat_run, self.judge = start, rules, screen, repeat, judge
         self.journal, self.limits, self.batch, self.warm, self.log = journal, limits, batch, warm or [], log
         self.paths: dict[str, list[Run]] = {}
-
-    # ---- the budget ----
-
-    def fresh_s(self, start: Run) -> float:
-        """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
-        a process's start and a first compilation)."""
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
-
-    def verdict_s(self, start: Run) -> float:
-        """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
-        timed = start.extra.get("timed_s") or 0.0
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
-            start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
-
-    def reserve_s(self, start: Run | None) -> float:
-        """What confirmation (the start's and each goal's) and parity will cost, less what has run of them."""
-        if start is None or not start.tokens_per_sec:
-            return 0.0
-        done_confirm = sum(1 for r in self.journal.runs.values() if r.phase == "confirm")
-        done_parity = sum(1 for r in self.journal.runs.values() if r.phase == "parity")
-        confirms = max(0, (len(GOALS) * self.limits.confirm + 1) * self.limits.repeats - done_confirm)  # +1: start
-        verdicts = max(0, len(GOALS) - done_parity)
-        return confirms * self.fresh_s(start) + verdicts * self.verdict_s(start)
-
-    def screening_s(self) -> float:
-        """A screening run's cost: the median so far."""
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
-
-    def can_screen(self, start: Run | None) -> bool:
-        """Another screening run fits: it, and what confirmation and parity will cost, end within the budget."""
-        if self.journal.measured() >= self.limits.max_candidates:
-            return False
-        return self.journal.spent_s() + self.screening_s() + self.reserve_s(start) <= self.limits.budget_s
-
-    def plan_line(self, start: Run) -> str:
-        """The first line a user reads: what the budget buys at the measured screening cost."""
-        cost = max(start.wall_s, 1e-9)
-        reserve = self.reserve_s(start)
-        left = max(0.0, self.limits.budget_s - self.journal.spent_s() - reserve)
-        return (f"search: budget {self.limits.budget_s:.0f} s: the start's screening run took {start.wall_s:.1f} s, "
-                f"so about {int(left // cost)} more screening runs fit after {reserve:.0f} s kept for "
-                "confirmation and parity")
+        self.tried: dict[str, list[Run]] = {}
+        self.budget = Budget(journal, limits)
+        self.order: list[Run] = []  # the screening runs as this search met them: replayed the same on a resume
+        self.met: set[str] = set()
 
     # ---- one candidate ----
 
     def screen(self, cand: Candidate, phase: str, start: Run | None) -> Run | None:
         """The candidate's screening run: from the journal (any screening phase), refused by the rules, or
         measured now. None when the budget is spent."""
-        done = self.journal.screened(cand.name)
-        if done is not None:
-            return done
-        settings = cand.settings(self.start)
-        reason = self.rules(settings)
-        if reason:
-            return self.journal.add(Run(cand.name, dict(cand.changes), phase, "refused", message=reason))
-        if start is not None and not self.can_screen(start):
-            return None
-        if start is None and self.journal.spent_s() >= self.limits.budget_s:
-            return None
-        self.log(f"search: {phase} #{self.journal.measured() + 1}: {cand.name}")
-        return self.record(self.screen_run(cand, settings), cand, phase, cand.name)
+        run = self.journal.screened(cand.name)
+        if run is None:
+            settings = cand.settings(self.start)
+            reason = self.rules(settings)
+            if reason:
+                run = self.journal.add(Run(cand.name, dict(cand.changes), phase, "refused", message=reason))
+            elif (start is not None and not self.budget.can_screen(start)) or \
+                    (start is None and self.journal.spent_s() >= self.limits.budget_s):
+                return None
+            else:
+                self.log(f"search: {phase} #{self.journal.measured() + 1}: {cand.name}")
+                run = self.record(self.screen_run(cand, settings), cand, phase, cand.name)
+        if run.name not in self.met:
+            self.met.add(run.name)
+            self.order.append(run)
+        return run
 
     def record(self, run: Run, cand: Candidate, phase: str, key: str) -> Run:
         """A run just made, journaled under its phase and key (a repeat's key numbers it)."""
@@ -155,32 +114,51 @@ class Search:
         if start is None or start.status != "ok":
             why = "the budget allowed no run" if start is None else f"{start.status}: {start.message}"
             return {"status": "failed", "message": f"the start itself did not run ({why})"}
-        self.log(self.plan_line(start))
+        self.log(self.budget.plan_line(start))
         warm = [start]
         for known in self.warm:
             cand = changes_from(self.start, known.settings)
             if cand is not None and (run := self.screen(cand, "warm", start)) is not None:
                 warm.append(run)
         ranked = {goal: self.around(goal, start, warm) for goal in GOALS}  # all screening first: one worker
+        ranked["lean"] += self.leaner(start)
         explored = self.explore(start)
+        explored += self.sample(start)
         ranked = {goal: self.finalists(goal, start, ranked[goal] + explored) for goal in GOALS}
         start = self.confirmed_start(start)
-        answers = {goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS}
+        answers = self.undominated({goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS})
         for goal in GOALS:
             if answers[goal].get("name") and self.journal.get("found", goal) is None:
                 settings = Candidate(tuple(answers[goal]["changes"].items())).settings(self.start)
                 self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
         return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front(start)}
 
+    @staticmethod
+    def undominated(answers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The answers, lean replaced by fastest's where fastest (which passed parity too) beats it on both figures:
+        as fast or faster, and as lean or leaner."""
+        fast, lean = answers.get("fastest") or {}, answers.get("lean") or {}
+        if fast.get("name") and lean.get("name") and fast["name"] != lean["name"] and pareto.beats(
+                (fast["tokens_per_sec"], fast["peak_mem_mb"]), (lean["tokens_per_sec"], lean["peak_mem_mb"])):
+            return {**answers, "lean": dict(fast)}
+        return answers
+
+    def tie(self) -> float:
+        """The measured spread of a screening run's speed, as a share (the median over the runs that record it):
+        speeds closer than this are ties on the front."""
+        return _median([float(r.extra["tps_spread"]) for r in self.order if r.extra.get("tps_spread")])
+
     def front(self, start: Run) -> list[Run]:
-        """The measured candidates no other beats on both tokens/s and peak memory, fastest first; each point is
-        judged for parity while the budget has room for a verdict, and one that fails leaves the front."""
+        """The measured candidates no other beats on both tokens/s and peak memory (ties within the spread both
+        kept), fastest first; each point is judged for parity while the budget has room for a verdict, and one
+        that fails leaves the front."""
         while True:
             failed = {n for (phase, n), r in self.journal.runs.items() if phase == "parity" and not r.passed}
-            points = pareto([r for r in self.journal.runs.values()
-                             if r.phase in SCREENING and r.status == "ok" and r.name not in failed])
+            points = pareto.front([r for r in self.journal.runs.values()
+                                   if r.phase in SCREENING and r.status == "ok" and r.name not in failed],
+                                  figures, tie=self.tie())
             unjudged = [r for r in points if self.journal.get("parity", r.name) is None]
-            if not unjudged or self.journal.spent_s() + self.verdict_s(start) > self.limits.budget_s:
+            if not unjudged or self.journal.spent_s() + self.budget.verdict_s(start) > self.limits.budget_s:
                 return points
             self.verdict(Candidate(tuple(unjudged[0].changes.items())))
 
@@ -208,14 +186,68 @@ class Search:
                 current = run
                 path.append(run)
         self.paths[goal] = path
+        self.tried[goal] = tried
         return self.finalists(goal, start, [*points, *tried])
 
+    def leaner(self, start: Run) -> list[Run]:
+        """Fastest's answer made leaner: each one-knob move that cut memory around lean's base, most first, added to
+        the end of fastest's path and kept where it stays at lean's floor and cuts memory again. A move too slow on
+        its own (checkpointing alone below the floor) can pay its way on a faster base; the points between the
+        goals' answers come from here. A move the fitted effects (front.Effects) predict below the floor, or no
+        leaner, costs no run."""
+        fastest = (self.paths.get("fastest") or [None])[-1]
+        if fastest is None or not self.eligible("lean", fastest, start):
+            return []
+        base_mem = float((self.paths.get("lean") or [start])[0].peak_mem_mb or 0)
+        savers = sorted((r for r in self.tried.get("lean", []) if r.phase == "moves" and r.status == "ok"
+                         and r.peak_mem_mb is not None and float(r.peak_mem_mb) < base_mem),
+                        key=lambda r: float(r.peak_mem_mb or 0))  # one-knob moves (with partners), leanest first
+        current, out = fastest, []
+        for saver in savers:
+            cand = Candidate(tuple(current.changes.items())).plus(*saver.changes.items())
+            if cand.name == current.name or self.rules(cand.settings(self.start)) is not None:
+                continue
+            guess = Effects(self.order).predict(cand, current)
+            if guess is not None and (guess[0] < self.floor_tps(start) or guess[1] >= float(current.peak_mem_mb or 0)):
+                continue  # predicted below the floor, or no leaner: no run
+            run = self.screen(cand, "lean", start)
+            if run is None:
+                break
+            out.append(run)
+            if self.eligible("lean", run, start) and self.score("lean", run) > self.score("lean", current):
+                current = run
+        self.paths["fastest, made leaner"] = [fastest] + [r for r in out if r is current or r.name == current.name][:1]
+        return out
+
     def explore(self, start: Run) -> list[Run]:
-        """The exploration of the front, from the screening runs before it (the same on a resumed search: its own
+        """The exploration of the front, from the screening runs met so far (the same on a resumed search: its own
         runs come from the journal as it asks for them again, in the order it first made them)."""
-        seen = [r for r in self.journal.runs.values() if r.phase in SCREENING and r.phase != EXPLORE]
-        return Explorer(seen, lambda cand: self.screen(cand, EXPLORE, start), self.start, self.rules, self.batch,
-                        self.limits.lean_floor * float(start.tokens_per_sec or 0), self.log).run()
+        return Explorer(list(self.order), lambda cand: self.screen(cand, EXPLORE, start), self.start, self.rules,
+                        self.batch, self.floor_tps(start), self.log, self.tie()).run()
+
+    def sample(self, start: Run) -> list[Run]:
+        """The global phase (sampler.py) while the budget lasts: each proposal screened; one that joins the front
+        starts another exploration around it. Ends when the budget does, or when every configuration the rules
+        allow has been measured."""
+        sampler = Sampler(space(self.batch), self.start, self.rules, self.floor_tps(start), self.limits.seed)
+        out: list[Run] = []
+        self.log("search: global phase: Optuna's TPE, seeded with the "
+                 f"{sum(1 for r in self.order if r.status != 'refused')} runs so far")
+        while True:
+            sampler.tell(self.order)
+            cand = sampler.propose(self.met)
+            if cand is None:
+                self.log("search: every configuration the rules allow has been measured")
+                return out
+            run = self.screen(cand, GLOBAL, start)
+            if run is None:
+                return out
+            out.append(run)
+            if run in pareto.front(self.order, figures, self.floor_tps(start), self.tie()):
+                out += self.explore(start)
+
+    def floor_tps(self, start: Run) -> float:
+        return self.limits.lean_floor * float(start.tokens_per_sec or 0)
 
     def finalists(self, goal: str, start: Run, runs: list[Run]) -> list[Run]:
         """The goal's best `confirm` runs, each once."""
@@ -283,15 +315,11 @@ class Search:
         return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
 
 
-def pareto(runs: list[Run]) -> list[Run]:
-    """The runs no other run beats on both tokens/s (more) and peak memory (less), fastest first; of runs with
-    equal figures, the first."""
-    def beaten(r: Run) -> bool:
-        return any((o.tokens_per_sec or 0) >= (r.tokens_per_sec or 0) and (o.peak_mem_mb or 0) <= (r.peak_mem_mb or 0)
-                   and ((o.tokens_per_sec or 0) > (r.tokens_per_sec or 0) or (o.peak_mem_mb or 0) < (r.peak_mem_mb or 0)
-                        or runs.index(o) < runs.index(r)) for o in runs if o is not r)
-    runs = [r for r in runs if r.tokens_per_sec and r.peak_mem_mb]  # a run without both figures is not a point
-    return sorted((r for r in runs if not beaten(r)), key=lambda r: -(r.tokens_per_sec or 0))
+def figures(run: Run) -> pareto.Point | None:
+    """A run's point on the front: None where it lacks either figure or did not run."""
+    if run.status != "ok" or not run.tokens_per_sec or not run.peak_mem_mb:
+        return None
+    return float(run.tokens_per_sec), float(run.peak_mem_mb)
 
 
 def _median(values: list[float]) -> float:

@@ -1,0 +1,79 @@
+"""The search's budget: what its runs have cost, what confirmation and parity will cost, and whether another
+screening run fits.
+
+`budget_s` bounds the whole search: screening stops early enough to leave the confirmation and parity runs their
+measured (or, before any, estimated) cost. Every cost is read from the journal, so a search stopped and started
+again keeps the budget it had spent.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from benchlab.search.journal import SCREENING, Journal, Run
+
+GOALS = ("fastest", "lean")
+
+
+@dataclass(frozen=True)
+class Limits:
+    budget_s: float
+    max_candidates: int
+    confirm: int
+    repeats: int
+    lean_floor: float
+    parity_tokens: float = 0.0  # tokens one parity run trains: with the start's speed, what a verdict costs
+    seed: int = 0  # the global phase's sampler
+
+
+class Budget:
+    """The search's costs, read from its journal against its limits."""
+
+    def __init__(self, journal: Journal, limits: Limits) -> None:
+        self.journal, self.limits = journal, limits
+
+    def fresh_s(self, start: Run) -> float:
+        """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
+        a process's start and a first compilation)."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
+
+    def verdict_s(self, start: Run) -> float:
+        """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
+        timed = start.extra.get("timed_s") or 0.0
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
+            start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
+
+    def reserve_s(self, start: Run | None) -> float:
+        """What confirmation (the start's and each goal's) and parity will cost, less what has run of them."""
+        if start is None or not start.tokens_per_sec:
+            return 0.0
+        done_confirm = sum(1 for r in self.journal.runs.values() if r.phase == "confirm")
+        done_parity = sum(1 for r in self.journal.runs.values() if r.phase == "parity")
+        confirms = max(0, (len(GOALS) * self.limits.confirm + 1) * self.limits.repeats - done_confirm)  # +1: start
+        verdicts = max(0, len(GOALS) - done_parity)
+        return confirms * self.fresh_s(start) + verdicts * self.verdict_s(start)
+
+    def screening_s(self) -> float:
+        """A screening run's cost: the median so far."""
+        return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
+
+    def can_screen(self, start: Run | None) -> bool:
+        """Another screening run fits: it, and what confirmation and parity will cost, end within the budget."""
+        if self.journal.measured() >= self.limits.max_candidates:
+            return False
+        return self.journal.spent_s() + self.screening_s() + self.reserve_s(start) <= self.limits.budget_s
+
+    def plan_line(self, start: Run) -> str:
+        """The first line a user reads: what the budget buys at the measured screening cost."""
+        cost = max(start.wall_s, 1e-9)
+        reserve = self.reserve_s(start)
+        left = max(0.0, self.limits.budget_s - self.journal.spent_s() - reserve)
+        return (f"search: budget {self.limits.budget_s:.0f} s: the start's screening run took {start.wall_s:.1f} s, "
+                f"so about {int(left // cost)} more screening runs fit after {reserve:.0f} s kept for "
+                "confirmation and parity")
+
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
