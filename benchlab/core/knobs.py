@@ -18,6 +18,7 @@ from benchlab.core.skips import DeviceFacts, SkipCheck
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+CompileScope = Literal["model", "blocks"]
 # The compile modes that capture CUDA graphs: their memory pools escape the allocator's peak, and each step must
 # tell the graphs a new iteration began.
 CUDA_GRAPH_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
@@ -161,6 +162,13 @@ class RunSettings:
         "(matmul templates and Triton launch configs tuned by benchmarking them); max-autotune (both)",
         {"loss_head": "torch.compile", "optimizer": "the compiled update (optimizer=adamw_compiled)"},
         skips.compile_mode_skip, group="compile")
+    compile_scope: CompileScope = knob(
+        "model", "what torch.compile wraps (with compile=true): model: the model and its loss as one graph; blocks: "
+        "each transformer block's forward on its own, and the output layer with its loss apart (regional "
+        "compilation: the blocks share one code, so they compile once whatever the depth, which cuts a cold start's "
+        "compile time; the search's screening runs can use it, search.screen_compile_scope)",
+        {"parallel": "blocks: each block's forward compiled", "loss_head": "blocks: the output layer and its loss "
+         "compiled apart"}, group="compile", searched=False)
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
         "the batch stream", group="batch", searched=False)
@@ -247,6 +255,11 @@ def check_combination(where: str, s: RunSettings, batch: int) -> None:
     ("variants.x."), `batch` is the run's global batch size."""
     check(s.compile or s.compile_mode == "default", f"{where}compile_mode", s.compile_mode,
           "default unless compile=true (set compile=true to use another mode)")
+    check(s.compile or s.compile_scope == "model", f"{where}compile_scope", s.compile_scope,
+          "model unless compile=true (set compile=true to compile blocks)")
+    check(s.compile_scope == "model" or s.compile_mode not in CUDA_GRAPH_MODES, f"{where}compile_scope",
+          s.compile_scope, f"model with compile_mode={s.compile_mode} (CUDA graphs over blocks compiled one by one "
+          "are broken in torch 2.11, pytorch/pytorch#152887; or set compile_mode=default)")
     check(s.batch_size is None or s.batch_size > 0, f"{where}batch_size", s.batch_size, "a positive integer")
     check(s.grad_accum >= 1, f"{where}grad_accum", s.grad_accum, "1 or more")
     check(batch % s.grad_accum == 0, f"{where}grad_accum", s.grad_accum, f"a divisor of the batch size {batch}")

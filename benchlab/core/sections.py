@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from benchlab.core.errors import LabError, shown
+from benchlab.core.knobs import CompileScope
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]
 LockMode = Literal["wait", "fail"]
@@ -213,6 +214,10 @@ class SearchParams:
     repeats: int = 2
     lean_floor: float = 0.85
     """lean: the least peak memory among runs at this fraction of the start's tokens/s or more."""
+    screen_compile_scope: CompileScope = "model"
+    """What a screening run compiles where its candidate compiles: model (as the candidate would run), or blocks
+    (regional compilation: each block once, a cold start's compile cut; compile modes with CUDA graphs keep
+    model). Confirmation and parity always run the candidate as it is."""
 
     def __post_init__(self) -> None:
         check(self.budget_s > 0, "search.budget_s", self.budget_s, "a positive number of seconds, e.g. 1800")

@@ -29,7 +29,7 @@ import torch
 
 from benchlab.core import locks, parent_watch
 from benchlab.core.errors import LabError
-from benchlab.core.knobs import RunSettings
+from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.params import Params
 from benchlab.core.record import compared_memory
 from benchlab.run import launch, parity
@@ -106,7 +106,7 @@ def serve(p: Params, data_dir: str) -> None:
 def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> RunRecord:
     """One screening run in the worker; a candidate the rules or the run refuse is its record, not the worker's end."""
     try:
-        settings = read_candidate(p, line, "the screening worker")
+        settings = screening_settings(read_candidate(p, line, "the screening worker"), p.search.screen_compile_scope)
         steps = p.bench.warmup_steps + p.search.screen_steps
         return train_once(with_candidate(p, settings), settings, data, device, steps, p.bench.warmup_steps,
                           keep_going=True)
@@ -115,6 +115,14 @@ def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> R
     finally:
         torch._dynamo.reset()  # the next candidate compiles its own graphs (from the cache where it can)
         release(device)
+
+
+def screening_settings(settings: RunSettings, scope: str) -> RunSettings:
+    """The candidate as a screening run compiles it: under search.screen_compile_scope=blocks each block on its own
+    (regional compilation), where the candidate compiles and its mode captures no CUDA graphs."""
+    if scope == "blocks" and settings.compile and settings.compile_mode not in CUDA_GRAPH_MODES:
+        return replace(settings, compile_scope="blocks")
+    return settings
 
 
 class Worker:
