@@ -656,7 +656,8 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     rows = list(csv.DictReader((out / "candidates.csv").read_text().splitlines()))
     assert tuple(rows[0]) == report.CSV_COLUMNS and rows[0]["name"] == "start"
     assert all(float(rows[0][k]) >= 0 for k in ("startup_s", "build_s", "warmup_s", "timed_s"))
-    assert any(r["name"] == "precision=fp16" and r["status"] == "refused" for r in rows)
+    assert any(r["name"] in ("precision=fp16", "precision=fp16+attention=sdpa") and r["status"] == "refused"
+               for r in rows)  # around whichever of the two warm points was faster
     front = list(csv.DictReader((out / "front.csv").read_text().splitlines()))
     assert front and tuple(front[0]) == report.FRONT_COLUMNS
     summary = json.loads((workdir / "search.json").read_text())
