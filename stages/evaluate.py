@@ -14,7 +14,7 @@ from benchlab.core.params import load_params
 from benchlab.run.data import load_tokens
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
-from benchlab.core.files import remove_outputs, write_json
+from benchlab.core.files import claim_outputs, commit_outputs, write_json
 from benchlab.run.hardware import resolve_device
 from benchlab.run.runner import evaluate
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("checkpoint")
     ap.add_argument("metrics")
     args = ap.parse_args(argv)
-    remove_outputs(args.metrics)
+    claim_outputs(args.metrics)
     p = load_params()
     device = resolve_device(p.device)
     data = load_tokens(args.data_dir)
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     n_tokens = p.eval.batches * p.train.batch_size * p.train.block_size
     # The numbers DVC compares, and which model they belong to; the environment is in metrics/env.json.
     write_json(args.metrics, {"val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens, **which})
+    commit_outputs()
     print(f"evaluate: val loss {loss:.4f}, perplexity {math.exp(loss):.2f} over {n_tokens} tokens")
 
 

@@ -24,7 +24,7 @@ from benchlab.search import runs
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 from benchlab.run.env import environment
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.core.knobs import RunSettings
 from benchlab.run.hardware import device_facts
 from benchlab.search.journal import Journal
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
         return
     out = Path(args.out_dir)
-    remove_outputs(*(out / name for name in OUTPUTS), args.summary)
+    claim_outputs(*(out / name for name in OUTPUTS), args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
     measure = runs.Runs(p, args.data_dir, reference)
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         measure.worker.close()
     write_outputs(result, journal, limits, out, args.summary, p.model, start, p.preset)
+    commit_outputs()
     for goal in strategy.GOALS:
         answer = result.get(goal) or {}
         print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "

@@ -1,4 +1,4 @@
-"""The battery: each bad input stops its stage with its message, exit 2, and no output left behind."""
+"""The battery: each bad input stops its stage with its message, exit 2, and the earlier outputs as they were."""
 
 import json
 import os
@@ -305,20 +305,35 @@ CASES = [
 ]
 
 
+def snapshot(paths: list[str]) -> dict[str, bytes | None]:
+    """Every file at or under `paths`, byte for byte (None for a path that does not exist)."""
+    out: dict[str, bytes | None] = {}
+    for name in paths:
+        path = Path(name)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        out.update({str(f): f.read_bytes() if f.exists() else None for f in files})
+    return out
+
+
+def leftovers(root: Path) -> list[str]:
+    """Files a stage writes aside (`.name.tmp-PID`, `.name.new-PID`) that a finished stage must not leave."""
+    return [str(p) for p in root.rglob(".*") if any(mark in p.name for mark in (".tmp-", ".new-", ".old-"))]
+
+
 @pytest.mark.parametrize("case, breaker, stage, message", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepared: Path,
                    capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(prepared, workdir / "prep")
     main, argv, outputs = stage
-    for out in outputs:  # stale outputs of an earlier run must go too
+    for out in outputs:  # an earlier run's outputs (prepare's is the prepared data): they must stay as they were
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         if not Path(out).suffix and out != "prep":
             Path(out).mkdir(exist_ok=True)
+            (Path(out) / "earlier.png").write_text(f"the earlier run's {out}")
         elif out != "prep":
-            Path(out).write_text("stale")
+            Path(out).write_text(f"the earlier run's {out}")
     breaker(workdir)
-    if stage is PREPARE:
-        shutil.rmtree(workdir / "prep")
+    before = snapshot(outputs)
     with pytest.raises(SystemExit) as exit_info:
         run_main(main, argv)
     assert exit_info.value.code == 2
@@ -327,8 +342,8 @@ def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepa
     assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
     assert len(err) < 2000, f"{len(err)} characters: a value echoed whole"
     assert "weights_only" not in err  # never the unsafe advice torch's own message gives
-    for out in outputs:
-        assert not Path(out).exists(), f"{out} left behind"
+    assert snapshot(outputs) == before, "an earlier output was changed or removed"
+    assert leftovers(workdir) == []
     assert not (workdir / "PWNED").exists()
 
 

@@ -192,7 +192,7 @@ def test_a_failed_stage_removes_only_what_it_wrote(tmp_path: Path) -> None:
 
     ours, theirs, later = tmp_path / "ours.json", tmp_path / "theirs.json", tmp_path / "later.csv"
     files.forget_outputs()
-    files.remove_outputs(ours, theirs, later, tmp_path / "plots")
+    files.claim_outputs(ours, theirs, later, tmp_path / "plots")
     files.write_json(ours, {"run": "this one"})
     files.write_json(theirs, {"run": "this one"})
     (tmp_path / "other.tmp").write_text('{"run": "the other"}')
@@ -214,7 +214,7 @@ def test_a_stop_in_the_middle_of_a_write_leaves_no_temporary_file(tmp_path: Path
 
     out = tmp_path / "prepared"
     files.forget_outputs()
-    files.remove_outputs(out)
+    files.claim_outputs(out)
     with pytest.raises(RuntimeError), files.atomic_path(out / "train.bin") as tmp:
         tmp.write_bytes(b"half")
         files.discard_outputs()  # what the watcher's stop runs before os._exit
@@ -255,10 +255,10 @@ def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.Monk
 ], ids=["file descriptors", "disk", "memory", "threads"])
 def test_an_exhausted_machine_is_one_line_and_nothing_recorded(tmp_path: Path, error: BaseException, line: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from benchlab.core.files import remove_outputs, write_json
+    from benchlab.core.files import claim_outputs, write_json
 
     def stage(argv: list[str] | None) -> None:
-        remove_outputs(tmp_path / "out.json")
+        claim_outputs(tmp_path / "out.json")
         write_json(tmp_path / "out.json", {})
         raise error
 
