@@ -194,3 +194,59 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
         for pid in _processes_in(lab, "stages.train"):
             os.kill(pid, signal.SIGKILL)
         run(lab, "git", "checkout", "--", "params.yaml")
+
+
+# ---------------------------------------------------------------- issue 53: nothing lost before it is replaced
+
+KEPT = ["metrics/env.json", "data/prepared", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json",
+        "plots/train_steps.csv", "metrics/eval.json"]
+
+
+def snapshot(repo: Path, names: list[str]) -> dict[str, bytes]:
+    """Every file at or under `names`, byte for byte."""
+    paths = [p for name in names for p in ([repo / name] if (repo / name).is_file() else (repo / name).rglob("*"))]
+    return {str(p.relative_to(repo)): p.read_bytes() for p in sorted(paths) if p.is_file()}
+
+
+def _bad_param(repo: Path) -> None:
+    data = lab_params()
+    data["train"]["lr"] = -1.0
+    set_params(repo, data)
+
+
+def _fp16_on_cpu(repo: Path) -> None:
+    data = lab_params()
+    data["precision"] = "fp16"
+    set_params(repo, data)
+
+
+def _latin1_file(repo: Path) -> None:
+    (repo / "corpus" / "zz-latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+
+
+@pytest.mark.parametrize("breaker, command, message", [
+    (_bad_param, "evaluate", "train.lr=-1.0 is not valid"),  # env refuses it: metrics/env.json, tracked by git, stays
+    (_fp16_on_cpu, "train", "precision=fp16 with loss scaling needs a CUDA GPU"),
+    (_latin1_file, "prepare", "is not UTF-8 text"),  # found while prepare reads the corpus
+], ids=["env refuses a param", "train refuses the device", "prepare finds the corpus bad"])
+def test_a_refused_stage_under_dvc_keeps_every_earlier_output(lab: Path, breaker, command: str, message: str) -> None:
+    """Issue 53: DVC deleted a stage's outputs before running it, so a refused run lost them (metrics/env.json, a
+    file git tracks, with them; `dvc status` then listed every timing stage as changed)."""
+    try:
+        run(lab, "repro", "evaluate")
+        before = snapshot(lab, KEPT)
+        assert len(before) == 10, sorted(before)  # env, the prepared data (4 files), train's 4, eval
+        breaker(lab)
+        proc = run(lab, "repro", command, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and message in out and "Traceback" not in out, out
+        assert snapshot(lab, KEPT) == before
+        assert not [p for p in lab.rglob(".*") if any(m in p.name for m in (".tmp-", ".new-", ".old-"))]
+        run(lab, "git", "checkout", "--", "params.yaml")
+        (lab / "corpus" / "zz-latin1.txt").unlink(missing_ok=True)
+        assert "metrics/env.json" not in run(lab, "status", "train").stdout  # the timing stages did not change
+    finally:
+        run(lab, "git", "checkout", "--", "params.yaml")
+        (lab / "corpus" / "zz-latin1.txt").unlink(missing_ok=True)
+        for name in KEPT[2:]:  # the module's other tests start with nothing trained
+            (lab / name).unlink(missing_ok=True)
