@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     model = rec.run.model
     base = base_record("train", p, p.run, device.type, environment(), provenance())
     record = measured_record(base, [rec], model.cfg, model.num_params(), p.bench.steady_tolerance)
-    save_checkpoint(model, p.model, args.checkpoint)
+    save_checkpoint(model, p.model, data.meta.get("tokenizer_sha256", ""), args.checkpoint)
     write_text(args.steps_csv, steps_csv(rec))
     write_json(args.record, record)
     write_json(args.metrics, metric_view(record))

@@ -72,8 +72,9 @@ def small_data(root: Path) -> None:
     prepare_tokens(root / "corpus.txt", 300, 0.1, root / "prep", text_limit=3000)
 
 
-def checkpoint_of(model: str = "tiny", nan: bool = False) -> Callable[[Path], None]:
-    """A checkpoint as the train stage writes it, of an untrained `model` (its weights NaN if `nan`)."""
+def checkpoint_of(model: str = "tiny", nan: bool = False, tokenizer: str = "") -> Callable[[Path], None]:
+    """A checkpoint as the train stage writes it, of an untrained `model` (its weights NaN if `nan`), trained on the
+    prepared data's tokenizer (or on the one whose sha256 is `tokenizer`)."""
     def write(root: Path) -> None:
         from benchlab.run.checkpoint import save_checkpoint
         from model.gpt import GPT, GPTConfig
@@ -82,7 +83,8 @@ def checkpoint_of(model: str = "tiny", nan: bool = False) -> Callable[[Path], No
         if nan:
             with torch.no_grad():
                 net.ln_f.weight.fill_(float("nan"))  # saved with its checksum: only the loss can tell
-        save_checkpoint(net, model, root / "checkpoints" / "model.pt")
+        tokenizer_sha256 = tokenizer or json.loads((root / "prep" / "meta.json").read_text())["tokenizer_sha256"]
+        save_checkpoint(net, model, tokenizer_sha256, root / "checkpoints" / "model.pt")
     return write
 
 
@@ -285,6 +287,9 @@ CASES = [
     ("a checkpoint of another preset", then_params(checkpoint_of("gpt_small"), model="tiny"), EVALUATE,
      "checkpoints/model.pt holds a model=gpt_small checkpoint, but params.yaml says model=tiny; rerun `dvc repro train` "
      "(it trains model=tiny), or set model=gpt_small"),
+    # Issue 53: nothing trusted that was not measured.
+    ("a checkpoint trained on another tokenizer's data", checkpoint_of(tokenizer="4096" * 16), EVALUATE,
+     "checkpoints/model.pt was trained on data from another tokenizer (sha256 409640964096) than prep holds ("),
     ("a top-level key given twice", twice("seed: 1"), ENV,
      "params.yaml gives seed twice (lines "),  # tests/test_config.py holds the whole message
     ("a variant given twice", twice("  recipe: {precision: bf16}", after="variants:"), ENV, "params.yaml gives variants.recipe twice"),
