@@ -27,7 +27,7 @@ from benchlab.run.env import environment
 from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.core.knobs import RunSettings
 from benchlab.run.hardware import device_facts
-from benchlab.search.journal import Journal
+from benchlab.search.journal import Checks, Journal
 
 OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
 
@@ -58,12 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     parity.check_reference(p, reference)
     measure = runs.Runs(p, args.data_dir, reference)
     start = runs.start_of(p)
-    journal = Journal(out / "journal.jsonl", runs.context(p, measure.device))
     batch = p.batch_size(start)
+    rules = moves.rules_for(device_facts(measure.device), batch)
+    # Each run of this context read back is checked by the knob rules and against the runs before it.
+    journal = Journal(out / "journal.jsonl", runs.context(p, measure.device), Checks(start, rules))
     limits = strategy.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
                              p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size)
     warm = runs.warm_starts(p, journal.found_elsewhere())
-    rules = moves.rules_for(device_facts(measure.device), batch)
     try:
         result = strategy.Search(start, rules, measure.screen, measure.repeat, measure.judge, journal, limits,
                                  batch, warm).run()
