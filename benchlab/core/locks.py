@@ -81,7 +81,7 @@ def device_lock(device: "torch.device", mode: LockMode, holder: str) -> Iterator
 def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
     """Write `path` in this run alone: a second run of the same stage on it fails at once, naming the first."""
     parent_watch.check()  # a stage whose starter died while it imported takes no lock and writes nothing
-    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(os.fsencode(Path(path).resolve())).hexdigest()[:16]  # the bytes: any name, any locale
     with _held(_folder() / f"benchlab-out-{key}.lock", holder, None) as other:
         if other is not None:
             raise LabError(f"{path} is being written by {other}; wait for it to finish, then rerun")
