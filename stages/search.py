@@ -4,12 +4,15 @@ The phases, the budget and the choice are benchlab/search/strategy.py's; the run
 it writes is benchlab/search/report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
 keeps it when the stage starts again, so a stopped search resumes and repeats no run it finished, and a
 search at another model size starts from what this one found. `--worker` is the screening worker's mode,
-`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself.
+`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself. The libraries' own messages
+(torchao's kernels this machine lacks, torch's warnings) go to a log beside the summary, metrics/search.log, so the
+terminal holds the search's lines alone.
 """
 
 import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     runs.use_compile_cache()
+    log = Path(args.summary).with_suffix(".log") if args.summary else os.environ.get(runs.LOG_ENV)
+    if log:  # the libraries' messages: beside the summary (metrics/search.log); the processes it starts inherit it
+        runs.libraries_to_log(log)
     p = load_params()
     if args.worker:
         runs.serve(p, args.data_dir)
