@@ -250,3 +250,62 @@ def test_a_refused_stage_under_dvc_keeps_every_earlier_output(lab: Path, breaker
         (lab / "corpus" / "zz-latin1.txt").unlink(missing_ok=True)
         for name in KEPT[2:]:  # the module's other tests start with nothing trained
             (lab / name).unlink(missing_ok=True)
+
+
+def test_two_dvc_exp_runs_in_one_workspace_file_nothing_under_params_they_did_not_run_with(lab: Path) -> None:
+    """Issue 53: `dvc exp run -n exp_tf32 -S precision=tf32` started while another ran trained with bf16: DVC lets go
+    of its lock while a stage runs, so the second wrote its params.yaml under the first (and then stopped at DVC's
+    lock on the first's files); the workspace held a result under a request it was not run with."""
+    first = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", "-n", "first", "-S", "train.steps=40", "train"],
+                             cwd=lab, env=env_of(lab), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        assert first.stdout is not None
+        began = next((line for line in first.stdout if line.startswith("train: model=") or "ERROR" in line), "")
+        assert began.startswith("train: model="), began  # the stage has read its params and trains
+        second = run(lab, "exp", "run", "-n", "second", "-S", "precision=bf16", "train", check=False)
+        said = second.stdout + second.stderr
+        # refused: by DVC's lock on the first's files, or where none is shared, by the stage's lock on the workspace
+        assert second.returncode != 0 and "Traceback" not in said, said
+        assert "is busy, it is being blocked by" in said or "`dvc exp run --queue`" in said, said
+        assert yaml.safe_load((lab / "params.yaml").read_text())["precision"] == "bf16"  # written under the first
+        out = first.communicate(timeout=300)[0]
+        assert first.returncode != 0, out
+        assert "error: params.yaml changed while train ran (another `dvc exp run` in this workspace?), so nothing " \
+               "was recorded under params it did not run with; run experiments side by side with `dvc exp run " \
+               "--queue` (then `dvc queue start`) or `dvc exp run --temp`" in out, out
+        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
+        assert run(lab, "exp", "list").stdout.strip() == ""  # no experiment filed
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        for pid in _processes_in(lab, "stages.train"):
+            os.kill(pid, signal.SIGKILL)
+        run(lab, "exp", "remove", "--all", check=False)
+        run(lab, "git", "checkout", "--", "params.yaml")
+
+
+def test_a_stage_whose_params_yaml_changed_while_it_ran_records_nothing(lab: Path) -> None:
+    """The first of two runs: its stage read one params.yaml and DVC would file its result under another."""
+    data = lab_params()
+    data["train"]["steps"] = 40
+    set_params(lab, data)
+    proc = start_training(lab, env_of(lab))
+    try:
+        deadline = time.monotonic() + 120
+        while not _processes_in(lab, "stages.train"):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        data["precision"] = "bf16"  # what a second `dvc exp run -S precision=bf16` writes
+        set_params(lab, data)
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode != 0, out
+        assert "error: params.yaml changed while train ran (another `dvc exp run` in this workspace?), so nothing " \
+               "was recorded under params it did not run with; run experiments side by side with" in out, out
+        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        run(lab, "git", "checkout", "--", "params.yaml")

@@ -384,3 +384,58 @@ def test_a_stage_ends_within_two_seconds_of_its_parent_s_death_and_writes_nothin
             and p.name != "stage.log"]
     assert late == [], late
     assert not [out for out in outputs if (lab / out).exists()], log
+
+
+# ---------------------------------------------------------------- issue 53: one DVC run at a time in a workspace
+
+WORKSPACE_HOLDER = """
+import sys, time
+from benchlab.core import locks
+with locks.one_dvc_run():
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_stage_of_a_second_dvc_run_in_the_workspace_is_refused_naming_queue_and_temp(
+        workdir: Path, lock_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where two runs share no file, DVC's own locks let both run; a stage of the second is refused at once."""
+    holder = subprocess.Popen([sys.executable, "-c", WORKSPACE_HOLDER], cwd=workdir, text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT), "DVC_STAGE": "train"})
+    ran = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("DVC_STAGE", "bench@sdpa")
+        with pytest.raises(SystemExit) as stop:
+            run_main(lambda argv: ran.append(argv), [])
+        assert stop.value.code == 2 and ran == []
+        line = capsys.readouterr().err.strip()
+        assert re.fullmatch(r"error: another DVC run is running a stage in this workspace \(pid \d+ \(stage train, "
+                            r"since [\d:]+\)\); two runs here at once would each use the other's params.yaml: run "
+                            r"experiments side by side with `dvc exp run --queue` \(then `dvc queue start`\) or "
+                            r"`dvc exp run --temp`", line), line
+        monkeypatch.delenv("DVC_STAGE")
+        run_main(lambda argv: ran.append(argv), [])  # outside DVC nothing is held
+        assert ran == [[]]
+    finally:
+        holder.communicate("done\n", timeout=60)
+
+
+def test_a_stage_whose_params_yaml_changes_under_it_records_nothing(workdir: Path, lock_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from benchlab.core import files
+
+    (workdir / "out.json").write_text("earlier")
+    monkeypatch.setenv("DVC_STAGE", "train")
+
+    def stage(argv: list[str] | None) -> None:
+        files.claim_outputs(workdir / "out.json")
+        files.write_json(workdir / "out.json", {"precision": "fp32"})
+        (workdir / "params.yaml").write_text((workdir / "params.yaml").read_text() + "precision: bf16\n")
+        files.commit_outputs()
+
+    with pytest.raises(SystemExit):
+        run_main(stage, [])
+    assert "error: params.yaml changed while train ran" in capsys.readouterr().err
+    assert (workdir / "out.json").read_text() == "earlier"

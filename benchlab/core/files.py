@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ _written: dict[Path, tuple[int, int]] = {}
 # The temporary files `atomic_path` is writing now: a stop that ends the process from the lifeline's watcher
 # (os._exit, no finally blocks run) removes them with the rest.
 _pending: set[Path] = set()
+# Checks that must still hold when the stage moves its outputs into place (`guard`), such as params.yaml unchanged.
+_guards: list[Callable[[], None]] = []
 # A write failing with one of these is the machine's limit, not the lab's bug: one line says which.
 FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
         errno.EFBIG: "the file-size limit (ulimit -f) was reached"}
@@ -156,6 +158,8 @@ def commit_outputs() -> None:
     """The stage succeeded: move every new output into place, and remove the claimed ones it did not write
     again (they belong to the earlier run)."""
     parent_watch.check()  # a stage whose starter died writes nothing more
+    for check in _guards:
+        check()
     for final in _claimed:
         if final in _asides:
             _swap(_asides.pop(final), final)
@@ -181,8 +185,14 @@ def _gathered(folder: Path, files: dict[Path, Path]) -> Path:
     return new
 
 
+def guard(check: Callable[[], None]) -> None:
+    """Run `check` (which raises LabError) before the outputs move into place: what it refuses records nothing."""
+    _guards.append(check)
+
+
 def forget_outputs() -> None:
-    """A new stage run starts with no claimed outputs and nothing written."""
+    """A new stage run starts with no claimed outputs, nothing written and no guard."""
+    _guards.clear()
     _claimed.clear()
     _staged.clear()
     _asides.clear()
