@@ -166,12 +166,17 @@ def test_a_special_file_in_the_corpus_is_refused_before_dvc_reads_it(lab: Path, 
         run(lab, "exp", "remove", "--all", check=False)
 
 
+def training(lab: Path, steps: int) -> tuple[subprocess.Popen, dict]:
+    """`dvc repro train` of `steps` steps, returned once it trains, with the params it was started with."""
+    data = lab_params()
+    data["train"]["steps"] = steps
+    set_params(lab, data)
+    return start_training(lab, env_of(lab)), data
+
+
 def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Path) -> None:
     """README: 'Killing only the dvc process stops the stage within a second, and nothing is written after.'"""
-    data = lab_params()
-    data["train"]["steps"] = 100_000
-    set_params(lab, data)
-    proc = start_training(lab, env_of(lab))
+    proc, _ = training(lab, 100_000)
     try:
         assert proc.stdout is not None
         time.sleep(2.0)  # training
@@ -288,15 +293,8 @@ def test_two_dvc_exp_runs_in_one_workspace_file_nothing_under_params_they_did_no
 
 def test_a_stage_whose_params_yaml_changed_while_it_ran_records_nothing(lab: Path) -> None:
     """The first of two runs: its stage read one params.yaml and DVC would file its result under another."""
-    data = lab_params()
-    data["train"]["steps"] = 40
-    set_params(lab, data)
-    proc = start_training(lab, env_of(lab))
+    proc, data = training(lab, 40)
     try:
-        deadline = time.monotonic() + 120
-        while not _processes_in(lab, "stages.train"):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
         data["precision"] = "bf16"  # what a second `dvc exp run -S precision=bf16` writes
         set_params(lab, data)
         out = proc.communicate(timeout=300)[0]
