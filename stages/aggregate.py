@@ -8,7 +8,7 @@ from pathlib import Path
 from benchlab.core.params import load_params
 from benchlab.core.record import SUMMARY_KEYS, numbers
 from benchlab.core.stage_main import run_main
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.analysis.summary import markdown, to_csv
 from benchlab.analysis.records import check_one_env, check_one_source, env_of, load_results
 from benchlab.analysis.run_report import RunFiles, write_run_report
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
                  "summary_csv", "plot_dir", "report_md"):
         ap.add_argument(name, type=Path)
     args = ap.parse_args(argv)
-    remove_outputs(args.summary_json, args.summary_md, args.summary_csv, args.plot_dir, args.report_md)
+    claim_outputs(args.summary_json, args.summary_md, args.summary_csv, args.plot_dir, args.report_md)
     p = load_params()
     results = load_results(args.result_dir, list(p.variants))
     check_one_env(results, p.aggregate.allow_mixed_env)
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     write_text(args.summary_md, markdown(rows, env_of(results[0]), note))
     write_json(args.summary_json,
                {f"{row['variant']}.{k}": v for row in rows for k, v in numbers(row, SUMMARY_KEYS).items()})
+    commit_outputs()
     print(markdown(rows, env_of(results[0]), note))
 
 

@@ -26,7 +26,7 @@ from benchlab.core.params import load_params, variant_from
 from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.run.hardware import resolve_device, why_not
 from benchlab.run.results import base_record, measured_record, skipped_record, steps_csv
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     result = Path(args.result_dir) / f"{name}.json"
     steps = Path(args.steps_dir) / f"{name}.csv"
-    remove_outputs(result, steps)
+    claim_outputs(result, steps)
     settings = p.variants[name]
     device = resolve_device(p.device)
     data = load_tokens(args.data_dir)
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench@{name}: skipped: {reason}")
         write_text(steps, "step,loss,lr,step_ms,timed\n")
         write_json(result, skipped_record(base, reason))
+        commit_outputs()
         return
     repeat_mode = ["stages.bench", "--variant", name, args.data_dir, args.result_dir, args.steps_dir]
     with locks.device_lock(device, p.bench.lock, f"bench@{name}"):
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     record = {**measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance), "repeats_asked": p.bench.repeats}
     write_text(steps, steps_csv(runs[0]))
     write_json(result, record)
+    commit_outputs()
     if record["status"] == "ok":
         print(f"bench@{name}: {record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.2f} ms, "
               f"val loss {record['val_loss']:.4f}")

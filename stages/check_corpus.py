@@ -14,16 +14,17 @@ import argparse
 from benchlab.core.params import corpus_param
 from benchlab.core.stage_main import run_main
 from benchlab.prep.formats import check_regular
-from benchlab.core.files import remove_outputs, write_json
+from benchlab.core.files import claim_outputs, commit_outputs, write_json
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out", help="what the check found; the same every time it passes")
     args = ap.parse_args(argv)
-    remove_outputs(args.out)
+    claim_outputs(args.out)
     check_regular(corpus_param())
     write_json(args.out, {"corpus_special_files": 0})
+    commit_outputs()
 
 
 if __name__ == "__main__":

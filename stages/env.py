@@ -21,7 +21,7 @@ from benchlab.core.params import load_params
 from benchlab.prep.formats import check_regular
 from benchlab.run.env import timing_environment
 from benchlab.core.stage_main import run_main
-from benchlab.core.files import remove_outputs, write_json
+from benchlab.core.files import claim_outputs, commit_outputs, write_json
 from benchlab.run.hardware import resolve_device
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out", help="environment JSON")
     args = ap.parse_args(argv)
-    remove_outputs(args.out)
+    claim_outputs(args.out)
     p = load_params()
     check_model(p)
     check_regular(p.data.corpus)  # before DVC hashes it for the prepare stage
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"env: preset {p.preset} replaces {', '.join(replaced)} (change them under presets.{p.preset})")
     env = {**timing_environment(), "device": device.type}
     write_json(args.out, env)
+    commit_outputs()
     print(f"env: {env['gpu'] or env['cpu']}, torch {env['torch']}, device {device.type}")
     if device.type == "cpu" and p.run.precision == "bf16" and not env["cpu_bf16_native"]:
         print("env: note: this CPU has no native bf16 (no AVX-512 BF16 or AMX); precision=bf16 is emulated here "

@@ -20,7 +20,7 @@ from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
-from benchlab.core.files import flat, remove_outputs, write_json, write_text
+from benchlab.core.files import flat, claim_outputs, commit_outputs, write_json, write_text
 from benchlab.run.hardware import resolve_device
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     if not reference and name not in p.parity.variants:
         raise LabError(f"variant {name!r} is not in parity.variants; valid: {', '.join(p.parity.variants) or '(none)'}")
     record, curve = Path(args.record_dir) / f"{name}.json", Path(args.curve_dir) / f"{name}.csv"
-    remove_outputs(record, curve)
+    claim_outputs(record, curve)
     ref = None if reference else parity.read_reference(Path(args.record_dir) / f"{parity.REFERENCE_NAME}.json")
     if ref is not None:
         parity.check_reference(p, ref)
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         words = out["verdict"]
     write_text(curve, parity.curve_csv(columns))
     write_json(record, {**out, **flat("env", environment()), **provenance()})
+    commit_outputs()
     print(f"parity@{target}: {words}" + (f" ({passes:.1f} passes over the training split)" if passes > 1 else ""))
 
 

@@ -23,7 +23,7 @@ from benchlab.core.params import Params, load_params, variant_from
 from benchlab.run.data import load_tokens
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
-from benchlab.core.files import remove_outputs
+from benchlab.core.files import claim_outputs, commit_outputs
 from benchlab.run.hardware import resolve_device, why_not
 
 
@@ -38,17 +38,20 @@ def main(argv: list[str] | None = None) -> None:
     if name not in p.profile.variants:
         raise LabError(f"variant {name!r} is not in profile.variants; valid: {', '.join(p.profile.variants)}")
     out = Path(args.out_dir)
-    remove_outputs(*profiling.outputs(out, name))
     out.mkdir(parents=True, exist_ok=True)
     settings, device = p.variants[name], resolve_device(p.device)
     reason = why_not(settings, device)
+    on_ranks = settings.parallel != "none" and not dist.launched() and not reason
+    if dist.writes_record() and not on_ranks:  # the process that writes them; a `parallel` variant's is its first rank
+        claim_outputs(*profiling.outputs(out, name))
     if reason:
         profiling.write_not_profiled(out, name, f"Not profiled on {device.type}: {reason}\n")
-    elif settings.parallel != "none" and not dist.launched():
+    elif on_ranks:
         with locks.device_lock(device, p.bench.lock, f"profile@{name}"):
             launch.on_ranks(settings.nproc, ["stages.profile", "--variant", name, args.data_dir, str(out)])
     else:
         trace(p, name, args.data_dir, out)
+    commit_outputs()
     if not dist.launched():
         print(f"profile@{name}: {profiling.outputs(out, name)[0]}")
 

@@ -4,12 +4,15 @@ The phases, the budget and the choice are benchlab/search/strategy.py's; the run
 it writes is benchlab/search/report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
 keeps it when the stage starts again, so a stopped search resumes and repeats no run it finished, and a
 search at another model size starts from what this one found. `--worker` is the screening worker's mode,
-`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself.
+`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself. The libraries' own messages
+(torchao's kernels this machine lacks, torch's warnings) go to a log beside the summary, metrics/search.log, so the
+terminal holds the search's lines alone.
 """
 
 import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before torch loads (benchlab/core/parent_watch.py)
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,10 +27,10 @@ from benchlab.search import runs
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 from benchlab.run.env import environment
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.core.knobs import RunSettings
 from benchlab.run.hardware import device_facts
-from benchlab.search.journal import Journal
+from benchlab.search.journal import Checks, Journal
 
 OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
 
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     runs.use_compile_cache()
+    log = Path(args.summary).with_suffix(".log") if args.summary else os.environ.get(runs.LOG_ENV)
+    if log:  # the libraries' messages: beside the summary (metrics/search.log); the processes it starts inherit it
+        runs.libraries_to_log(log)
     p = load_params()
     if args.worker:
         runs.serve(p, args.data_dir)
@@ -53,24 +59,26 @@ def main(argv: list[str] | None = None) -> None:
         runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
         return
     out = Path(args.out_dir)
-    remove_outputs(*(out / name for name in OUTPUTS), args.summary)
+    claim_outputs(*(out / name for name in OUTPUTS), args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
     measure = runs.Runs(p, args.data_dir, reference)
     start = runs.start_of(p)
-    journal = Journal(out / "journal.jsonl", runs.context(p, measure.device))
     batch = p.batch_size(start)
+    rules = moves.rules_for(device_facts(measure.device), batch)
+    # Each run of this context read back is checked by the knob rules and against the runs before it.
+    journal = Journal(out / "journal.jsonl", runs.context(p, measure.device), Checks(start, rules))
     limits = strategy.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
                              p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size,
                              seed=p.seed)
     warm = runs.warm_starts(p, journal.found_elsewhere())
-    rules = moves.rules_for(device_facts(measure.device), batch)
     try:
         result = strategy.Search(start, rules, measure.screen, measure.repeat, measure.judge, journal, limits,
                                  batch, warm).run()
     finally:
         measure.worker.close()
     write_outputs(result, journal, limits, out, args.summary, p.model, start, p.preset)
+    commit_outputs()
     for goal in strategy.GOALS:
         answer = result.get(goal) or {}
         print(f"search: {goal}: " + (f"{answer['name']} ({answer['ratio_to_start']:.3f}x {p.search.start}, "

@@ -13,7 +13,7 @@ from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.run.hardware import resolve_device, why_not
 from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
 from benchlab.run.runner import train_once
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("record", help="the full record: every statistic, the environment and provenance")
     ap.add_argument("steps_csv")
     args = ap.parse_args(argv)
-    remove_outputs(args.checkpoint, args.metrics, args.record, args.steps_csv)
+    claim_outputs(args.checkpoint, args.metrics, args.record, args.steps_csv)
     p = load_params()
     device = resolve_device(p.device)
     reason = why_not(p.run, device)
@@ -49,10 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     model = rec.run.model
     base = base_record("train", p, p.run, device.type, environment(), provenance())
     record = measured_record(base, [rec], model.cfg, model.num_params(), p.bench.steady_tolerance)
-    save_checkpoint(model, p.model, args.checkpoint)
+    save_checkpoint(model, p.model, data.meta.get("tokenizer_sha256", ""), args.checkpoint)
     write_text(args.steps_csv, steps_csv(rec))
     write_json(args.record, record)
     write_json(args.metrics, metric_view(record))
+    commit_outputs()  # only now do the new outputs replace the earlier ones
     print(f"train: loss {record['final_train_loss']:.4f}, val {record['val_loss']:.4f}, "
           f"{record['tokens_per_sec']:.0f} tokens/s, step {record['step_ms_median']:.1f} ms median")
 

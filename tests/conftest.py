@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchlab.core import files
 from benchlab.core.params import Params, parse_params
 from benchlab.core.sections import DataParams
 from benchlab.prep.corpus import prepare
@@ -63,6 +64,13 @@ FIRST = ("tests/test_pipeline.py::",)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: the order within each part stays
+
+
+@pytest.fixture(autouse=True)
+def no_claimed_outputs() -> None:
+    """A stage's main called directly (not through run_main) that failed leaves its claimed outputs registered in
+    this process; the next test's stage must not commit them."""
+    files.forget_outputs()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The battery: each bad input stops its stage with its message, exit 2, and no output left behind."""
+"""The battery: each bad input stops its stage with its message, exit 2, and the earlier outputs as they were."""
 
 import json
 import os
@@ -72,8 +72,9 @@ def small_data(root: Path) -> None:
     prepare_tokens(root / "corpus.txt", 300, 0.1, root / "prep", text_limit=3000)
 
 
-def checkpoint_of(model: str = "tiny", nan: bool = False) -> Callable[[Path], None]:
-    """A checkpoint as the train stage writes it, of an untrained `model` (its weights NaN if `nan`)."""
+def checkpoint_of(model: str = "tiny", nan: bool = False, tokenizer: str = "") -> Callable[[Path], None]:
+    """A checkpoint as the train stage writes it, of an untrained `model` (its weights NaN if `nan`), trained on the
+    prepared data's tokenizer (or on the one whose sha256 is `tokenizer`)."""
     def write(root: Path) -> None:
         from benchlab.run.checkpoint import save_checkpoint
         from model.gpt import GPT, GPTConfig
@@ -82,7 +83,8 @@ def checkpoint_of(model: str = "tiny", nan: bool = False) -> Callable[[Path], No
         if nan:
             with torch.no_grad():
                 net.ln_f.weight.fill_(float("nan"))  # saved with its checksum: only the loss can tell
-        save_checkpoint(net, model, root / "checkpoints" / "model.pt")
+        tokenizer_sha256 = tokenizer or json.loads((root / "prep" / "meta.json").read_text())["tokenizer_sha256"]
+        save_checkpoint(net, model, tokenizer_sha256, root / "checkpoints" / "model.pt")
     return write
 
 
@@ -285,6 +287,9 @@ CASES = [
     ("a checkpoint of another preset", then_params(checkpoint_of("gpt_small"), model="tiny"), EVALUATE,
      "checkpoints/model.pt holds a model=gpt_small checkpoint, but params.yaml says model=tiny; rerun `dvc repro train` "
      "(it trains model=tiny), or set model=gpt_small"),
+    # Issue 53: nothing trusted that was not measured.
+    ("a checkpoint trained on another tokenizer's data", checkpoint_of(tokenizer="4096" * 16), EVALUATE,
+     "checkpoints/model.pt was trained on data from another tokenizer (sha256 409640964096) than prep holds ("),
     ("a top-level key given twice", twice("seed: 1"), ENV,
      "params.yaml gives seed twice (lines "),  # tests/test_config.py holds the whole message
     ("a variant given twice", twice("  recipe: {precision: bf16}", after="variants:"), ENV, "params.yaml gives variants.recipe twice"),
@@ -305,20 +310,35 @@ CASES = [
 ]
 
 
+def snapshot(paths: list[str]) -> dict[str, bytes | None]:
+    """Every file at or under `paths`, byte for byte (None for a path that does not exist)."""
+    out: dict[str, bytes | None] = {}
+    for name in paths:
+        path = Path(name)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        out.update({str(f): f.read_bytes() if f.exists() else None for f in files})
+    return out
+
+
+def leftovers(root: Path) -> list[str]:
+    """Files a stage writes aside (`.name.tmp-PID`, `.name.new-PID`) that a finished stage must not leave."""
+    return [str(p) for p in root.rglob(".*") if any(mark in p.name for mark in (".tmp-", ".new-", ".old-"))]
+
+
 @pytest.mark.parametrize("case, breaker, stage, message", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepared: Path,
                    capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(prepared, workdir / "prep")
     main, argv, outputs = stage
-    for out in outputs:  # stale outputs of an earlier run must go too
+    for out in outputs:  # an earlier run's outputs (prepare's is the prepared data): they must stay as they were
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         if not Path(out).suffix and out != "prep":
             Path(out).mkdir(exist_ok=True)
+            (Path(out) / "earlier.png").write_text(f"the earlier run's {out}")
         elif out != "prep":
-            Path(out).write_text("stale")
+            Path(out).write_text(f"the earlier run's {out}")
     breaker(workdir)
-    if stage is PREPARE:
-        shutil.rmtree(workdir / "prep")
+    before = snapshot(outputs)
     with pytest.raises(SystemExit) as exit_info:
         run_main(main, argv)
     assert exit_info.value.code == 2
@@ -327,8 +347,8 @@ def test_bad_input(case: str, breaker, stage, message: str, workdir: Path, prepa
     assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
     assert len(err) < 2000, f"{len(err)} characters: a value echoed whole"
     assert "weights_only" not in err  # never the unsafe advice torch's own message gives
-    for out in outputs:
-        assert not Path(out).exists(), f"{out} left behind"
+    assert snapshot(outputs) == before, "an earlier output was changed or removed"
+    assert leftovers(workdir) == []
     assert not (workdir / "PWNED").exists()
 
 
@@ -401,3 +421,21 @@ def test_a_stage_reads_params_yaml_as_utf8_under_an_ascii_locale(workdir: Path) 
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (workdir / "prep" / "meta.json").is_file()
+
+
+@pytest.mark.integration  # stages in child processes, under the C locale
+def test_non_ascii_paths_work_under_the_c_locale(workdir: Path) -> None:
+    """Issue 53: under LC_ALL=C PYTHONUTF8=0, data.corpus 'données.txt' was a UnicodeEncodeError traceback (Python
+    encodes file names as ASCII there); a non-ASCII output folder failed in the lock's name and the tokenizer's save."""
+    shutil.copy(workdir / "corpus.txt", workdir / "donn\u00e9es.txt")
+    text = (workdir / "params.yaml").read_text(encoding="utf-8").replace("corpus: corpus.txt", "corpus: donn\u00e9es.txt")
+    (workdir / "params.yaml").write_text(text, encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONPATH": str(ROOT),
+           "BENCHLAB_LOCK_DIR": str(workdir)}
+    env.pop("PYTHONIOENCODING", None)
+    for stage, *args in (["check_corpus", "out.json"], ["env", "env.json"], ["prepare", "pr\u00e9p"]):
+        proc = subprocess.run([sys.executable, "-m", f"stages.{stage}", *args], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (stage, proc.stderr[-2000:])
+    meta = json.loads((workdir / "pr\u00e9p" / "meta.json").read_text())
+    assert meta["corpus"] == "donn\u00e9es.txt" and meta["train_tokens"] > 0

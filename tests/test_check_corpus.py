@@ -39,7 +39,7 @@ def test_a_fifo_in_the_corpus_folder_is_refused_without_opening_it(workdir: Path
     (workdir / OUT).write_text("stale")
     with pytest.raises(SystemExit) as exit_info:
         run_main(check_corpus.main, [OUT])
-    assert exit_info.value.code == 2 and not (workdir / OUT).exists()
+    assert exit_info.value.code == 2 and (workdir / OUT).read_text() == "stale"  # the earlier output stays
     assert ("error: data.corpus='texts' holds texts/pipe.txt, a FIFO (named pipe): DVC would hang reading it while "
             "hashing the corpus; remove it (rm texts/pipe.txt)") in capsys.readouterr().err
 
@@ -91,3 +91,12 @@ def test_the_check_runs_first_and_never_makes_prepare_rerun(lab: Path) -> None:
     assert "Running stage 'check_corpus'" in again and "Running stage 'prepare'" not in again, again
     status = subprocess.run(["git", "status", "--porcelain", OUT], cwd=lab, capture_output=True, text=True).stdout
     assert status.startswith("??")  # its record is a plain file, committed like metrics/env.json
+
+
+def test_the_readme_names_the_one_command_that_still_hangs_on_a_special_file() -> None:
+    """Issue 53: `dvc status` hashes data.corpus itself, before any stage of ours can refuse a FIFO or a link to
+    /dev/zero in it; the README says so where it lists the refusal."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(i for i, text in enumerate(readme.splitlines()) if "FIFO, socket or broken link is refused" in text)
+    said = " ".join(readme.splitlines()[line:line + 2])
+    assert "`dvc status`" in said and "hangs" in said and "before any stage" in said, said

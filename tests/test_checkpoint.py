@@ -21,14 +21,15 @@ from model.gpt import GPT, GPTConfig
 from stages import evaluate, train
 from tests.test_faults import scratch_sources
 
+TOK = "a" * 64  # a tokenizer's sha256
 TRAIN_ARGS = ["prep", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train.csv"]
 
 
 def test_a_checkpoint_loads_back_with_its_preset_and_checksum(tmp_path: Path) -> None:
     model = GPT(GPTConfig.from_name("tiny", vocab_size=512))
-    sha256 = save_checkpoint(model, "tiny", tmp_path / "model.pt")
+    sha256 = save_checkpoint(model, "tiny", TOK, tmp_path / "model.pt")
     loaded, which = load_checkpoint(tmp_path / "model.pt", data_vocab=512)
-    assert which == {"model": "tiny", "checkpoint_sha256": sha256} and len(sha256) == 64
+    assert which == {"model": "tiny", "checkpoint_sha256": sha256, "tokenizer_sha256": TOK} and len(sha256) == 64
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no temporary file left
@@ -36,10 +37,12 @@ def test_a_checkpoint_loads_back_with_its_preset_and_checksum(tmp_path: Path) ->
 
 def test_evaluate_records_which_model_it_measured(workdir: Path, prepared: Path) -> None:
     shutil.copytree(prepared, workdir / "prep")
-    sha256 = save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", workdir / "checkpoints" / "model.pt")
+    tokenizer = json.loads((workdir / "prep" / "meta.json").read_text())["tokenizer_sha256"]
+    sha256 = save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", tokenizer,
+                             workdir / "checkpoints" / "model.pt")
     run_main(evaluate.main, ["prep", "checkpoints/model.pt", "metrics/eval.json"])
     record = json.loads((workdir / "metrics" / "eval.json").read_text())
-    assert record["model"] == "tiny" and record["checkpoint_sha256"] == sha256
+    assert record["model"] == "tiny" and record["checkpoint_sha256"] == sha256 and record["tokenizer_sha256"] == tokenizer
     assert record["val_loss"] > 0 and record["eval_tokens"] == 2 * 4 * 32
 
 
@@ -99,20 +102,21 @@ def tiny_state() -> tuple[dict, dict[str, torch.Tensor]]:
 def test_the_checksum_covers_the_preset_the_config_and_each_tensor_s_name_dtype_shape_and_bytes() -> None:
     config, state = tiny_state()
     first = next(iter(state))
-    base = weights_sha256("tiny", config, state)
-    assert weights_sha256("tiny", dict(config), dict(state)) == base  # a value, not an identity
-    assert weights_sha256("tiny", config, dict(reversed(list(state.items())))) == base  # in name order
-    assert weights_sha256("tiny", dict(reversed(list(config.items()))), state) == base  # a loaded config's order
+    base = weights_sha256("tiny", TOK, config, state)
+    assert weights_sha256("tiny", TOK, dict(config), dict(state)) == base  # a value, not an identity
+    assert weights_sha256("tiny", TOK, config, dict(reversed(list(state.items())))) == base  # in name order
+    assert weights_sha256("tiny", TOK, dict(reversed(list(config.items()))), state) == base  # a loaded config's order
     flipped = state[first].clone()
     flipped.view(-1)[7] += 1e-3
     changed = {
-        "preset": weights_sha256("gpt_small", config, state),
-        "config": weights_sha256("tiny", {**config, "n_layer": 3}, state),
-        "name": weights_sha256("tiny", config, {**{k: v for k, v in state.items() if k != first}, first + "_": state[first]}),
-        "dtype": weights_sha256("tiny", config, {**state, first: state[first].to(torch.float64)}),
-        "shape": weights_sha256("tiny", config, {**state, first: state[first].reshape(-1)}),
-        "bytes": weights_sha256("tiny", config, {**state, first: flipped}),
-        "one tensor fewer": weights_sha256("tiny", config, {k: v for k, v in state.items() if k != first}),
+        "preset": weights_sha256("gpt_small", TOK, config, state),
+        "tokenizer": weights_sha256("tiny", "f" * 64, config, state),
+        "config": weights_sha256("tiny", TOK, {**config, "n_layer": 3}, state),
+        "name": weights_sha256("tiny", TOK, config, {**{k: v for k, v in state.items() if k != first}, first + "_": state[first]}),
+        "dtype": weights_sha256("tiny", TOK, config, {**state, first: state[first].to(torch.float64)}),
+        "shape": weights_sha256("tiny", TOK, config, {**state, first: state[first].reshape(-1)}),
+        "bytes": weights_sha256("tiny", TOK, config, {**state, first: flipped}),
+        "one tensor fewer": weights_sha256("tiny", TOK, config, {k: v for k, v in state.items() if k != first}),
     }
     assert all(len(digest) == 64 for digest in changed.values())
     assert len({base, *changed.values()}) == len(changed) + 1, changed
@@ -121,8 +125,8 @@ def test_the_checksum_covers_the_preset_the_config_and_each_tensor_s_name_dtype_
 def test_a_name_and_its_shape_cannot_trade_places() -> None:
     """Fields are separated, so a name ending in a digit next to a shape cannot hash as another pair."""
     t = torch.zeros(2)
-    assert weights_sha256("tiny", {}, {"a1": t}) != weights_sha256("tiny", {}, {"a": t})
-    assert weights_sha256("tiny", {}, {"a": torch.zeros(1, 2)}) != weights_sha256("tiny", {}, {"a": torch.zeros(2, 1)})
+    assert weights_sha256("tiny", TOK, {}, {"a1": t}) != weights_sha256("tiny", TOK, {}, {"a": t})
+    assert weights_sha256("tiny", TOK, {}, {"a": torch.zeros(1, 2)}) != weights_sha256("tiny", TOK, {}, {"a": torch.zeros(2, 1)})
 
 
 def resaved(path: Path, change) -> None:
@@ -141,13 +145,13 @@ def bump_weight(ckpt: dict) -> None:
     (bump_weight, "does not match the sha256 it carries: its weights are damaged; rerun `dvc repro train`"),
     (lambda ckpt: ckpt.pop("sha256"), "does not match the sha256 it carries: its weights are damaged"),
     (lambda ckpt: ckpt.update(preset="gpt_small"), "does not match the sha256 it carries"),
-    (lambda ckpt: ckpt.update(format="benchlab-gpt-v1"), "is not a benchlab-gpt-v2 checkpoint from this lab's train stage"),
+    (lambda ckpt: ckpt.update(format="benchlab-gpt-v2"), "is not a benchlab-gpt-v3 checkpoint from this lab's train stage"),
     (lambda ckpt: ckpt.pop("config"), "is not a checkpoint this lab wrote (damaged or replaced)"),
     (lambda ckpt: ckpt.update(model=[1, 2]), "is not a checkpoint this lab wrote (damaged or replaced)"),
 ], ids=["a weight changed", "no checksum", "another preset", "another format", "no config", "no tensors"])
 def test_a_checkpoint_edited_after_saving_is_refused(tmp_path: Path, change, message: str) -> None:
     path = tmp_path / "model.pt"
-    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", TOK, path)
     resaved(path, change)
     with pytest.raises(LabError) as err:
         load_checkpoint(path, data_vocab=512)
@@ -156,11 +160,11 @@ def test_a_checkpoint_edited_after_saving_is_refused(tmp_path: Path, change, mes
 
 def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_with_its_first_mismatch(tmp_path: Path) -> None:
     path = tmp_path / "model.pt"
-    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", TOK, path)
 
     def wider(ckpt: dict) -> None:  # a consistent checksum over a config the weights do not fit
         ckpt["config"]["n_embd"] *= 2
-        ckpt["sha256"] = weights_sha256(ckpt["preset"], ckpt["config"], ckpt["model"])
+        ckpt["sha256"] = weights_sha256(ckpt["preset"], ckpt["tokenizer_sha256"], ckpt["config"], ckpt["model"])
 
     resaved(path, wider)
     with pytest.raises(LabError) as err:
@@ -193,7 +197,7 @@ def test_a_missing_or_foreign_file_is_refused(tmp_path: Path, write, message: st
 
 def test_a_checkpoint_carrying_code_is_never_unpickled(tmp_path: Path) -> None:
     path = tmp_path / "model.pt"
-    torch.save({"format": "benchlab-gpt-v2", "payload": Path("x")}, path)  # a class torch's safe loader refuses
+    torch.save({"format": "benchlab-gpt-v3", "payload": Path("x")}, path)  # a class torch's safe loader refuses
     with pytest.raises(LabError) as err:
         load_checkpoint(path, data_vocab=512)
     assert str(err.value) == (f"checkpoint {path} holds objects other than tensors and plain values, so it was not "
@@ -202,7 +206,7 @@ def test_a_checkpoint_carrying_code_is_never_unpickled(tmp_path: Path) -> None:
 
 def test_data_with_more_tokens_than_the_checkpoint_knows_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "model.pt"
-    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+    save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", TOK, path)
     load_checkpoint(path, data_vocab=512)  # as many: fine
     with pytest.raises(LabError) as err:
         load_checkpoint(path, data_vocab=513)
@@ -218,7 +222,7 @@ def test_a_write_torch_cannot_finish_names_the_checkpoint_and_the_limit(tmp_path
     monkeypatch.setattr("benchlab.run.checkpoint.torch.save", short_write)
     path = tmp_path / "checkpoints" / "model.pt"
     with pytest.raises(LabError) as err:
-        save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", path)
+        save_checkpoint(GPT(GPTConfig.from_name("tiny", vocab_size=512)), "tiny", TOK, path)
     assert str(err.value).startswith(f"writing {path} failed: the write stopped short ([enforce fail at "
                                      "inline_container.cc:603] . unexpected pos 448 vs 342)")
     assert not path.exists() and list(path.parent.iterdir()) == []

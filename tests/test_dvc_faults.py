@@ -166,12 +166,17 @@ def test_a_special_file_in_the_corpus_is_refused_before_dvc_reads_it(lab: Path, 
         run(lab, "exp", "remove", "--all", check=False)
 
 
+def training(lab: Path, steps: int) -> tuple[subprocess.Popen, dict]:
+    """`dvc repro train` of `steps` steps, returned once it trains, with the params it was started with."""
+    data = lab_params()
+    data["train"]["steps"] = steps
+    set_params(lab, data)
+    return start_training(lab, env_of(lab)), data
+
+
 def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Path) -> None:
     """README: 'Killing only the dvc process stops the stage within a second, and nothing is written after.'"""
-    data = lab_params()
-    data["train"]["steps"] = 100_000
-    set_params(lab, data)
-    proc = start_training(lab, env_of(lab))
+    proc, _ = training(lab, 100_000)
     try:
         assert proc.stdout is not None
         time.sleep(2.0)  # training
@@ -193,4 +198,112 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
     finally:
         for pid in _processes_in(lab, "stages.train"):
             os.kill(pid, signal.SIGKILL)
+        run(lab, "git", "checkout", "--", "params.yaml")
+
+
+# ---------------------------------------------------------------- issue 53: nothing lost before it is replaced
+
+KEPT = ["metrics/env.json", "data/prepared", "checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json",
+        "plots/train_steps.csv", "metrics/eval.json"]
+
+
+def snapshot(repo: Path, names: list[str]) -> dict[str, bytes]:
+    """Every file at or under `names`, byte for byte."""
+    paths = [p for name in names for p in ([repo / name] if (repo / name).is_file() else (repo / name).rglob("*"))]
+    return {str(p.relative_to(repo)): p.read_bytes() for p in sorted(paths) if p.is_file()}
+
+
+def _bad_param(repo: Path) -> None:
+    data = lab_params()
+    data["train"]["lr"] = -1.0
+    set_params(repo, data)
+
+
+def _fp16_on_cpu(repo: Path) -> None:
+    data = lab_params()
+    data["precision"] = "fp16"
+    set_params(repo, data)
+
+
+def _latin1_file(repo: Path) -> None:
+    (repo / "corpus" / "zz-latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+
+
+@pytest.mark.parametrize("breaker, command, message", [
+    (_bad_param, "evaluate", "train.lr=-1.0 is not valid"),  # env refuses it: metrics/env.json, tracked by git, stays
+    (_fp16_on_cpu, "train", "precision=fp16 with loss scaling needs a CUDA GPU"),
+    (_latin1_file, "prepare", "is not UTF-8 text"),  # found while prepare reads the corpus
+], ids=["env refuses a param", "train refuses the device", "prepare finds the corpus bad"])
+def test_a_refused_stage_under_dvc_keeps_every_earlier_output(lab: Path, breaker, command: str, message: str) -> None:
+    """Issue 53: DVC deleted a stage's outputs before running it, so a refused run lost them (metrics/env.json, a
+    file git tracks, with them; `dvc status` then listed every timing stage as changed)."""
+    try:
+        run(lab, "repro", "evaluate")
+        before = snapshot(lab, KEPT)
+        assert len(before) == 10, sorted(before)  # env, the prepared data (4 files), train's 4, eval
+        breaker(lab)
+        proc = run(lab, "repro", command, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and message in out and "Traceback" not in out, out
+        assert snapshot(lab, KEPT) == before
+        assert not [p for p in lab.rglob(".*") if any(m in p.name for m in (".tmp-", ".new-", ".old-"))]
+        run(lab, "git", "checkout", "--", "params.yaml")
+        (lab / "corpus" / "zz-latin1.txt").unlink(missing_ok=True)
+        assert "metrics/env.json" not in run(lab, "status", "train").stdout  # the timing stages did not change
+    finally:
+        run(lab, "git", "checkout", "--", "params.yaml", "dvc.lock")  # the lock without train: DVC checks out no model
+        (lab / "corpus" / "zz-latin1.txt").unlink(missing_ok=True)
+        for name in KEPT[2:]:  # the module's other tests start with nothing trained
+            (lab / name).unlink(missing_ok=True)
+
+
+def test_two_dvc_exp_runs_in_one_workspace_file_nothing_under_params_they_did_not_run_with(lab: Path) -> None:
+    """Issue 53: `dvc exp run -n exp_tf32 -S precision=tf32` started while another ran trained with bf16: DVC lets go
+    of its lock while a stage runs, so the second wrote its params.yaml under the first (and then stopped at DVC's
+    lock on the first's files); the workspace held a result under a request it was not run with."""
+    first = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", "-n", "first", "-S", "train.steps=40", "train"],
+                             cwd=lab, env=env_of(lab), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        assert first.stdout is not None
+        began = next((line for line in first.stdout if line.startswith("train: model=") or "ERROR" in line), "")
+        assert began.startswith("train: model="), began  # the stage has read its params and trains
+        second = run(lab, "exp", "run", "-n", "second", "-S", "precision=bf16", "train", check=False)
+        said = second.stdout + second.stderr
+        # refused: by DVC's lock on the first's files, or where none is shared, by the stage's lock on the workspace
+        assert second.returncode != 0 and "Traceback" not in said, said
+        assert "is busy, it is being blocked by" in said or "`dvc exp run --queue`" in said, said
+        assert yaml.safe_load((lab / "params.yaml").read_text())["precision"] == "bf16"  # written under the first
+        out = first.communicate(timeout=300)[0]
+        assert first.returncode != 0, out
+        assert "error: params.yaml changed while train ran (another `dvc exp run` in this workspace?), so nothing " \
+               "was recorded under params it did not run with; run experiments side by side with `dvc exp run " \
+               "--queue` (then `dvc queue start`) or `dvc exp run --temp`" in out, out
+        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
+        assert run(lab, "exp", "list").stdout.strip() == ""  # no experiment filed
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        for pid in _processes_in(lab, "stages.train"):
+            os.kill(pid, signal.SIGKILL)
+        run(lab, "exp", "remove", "--all", check=False)
+        run(lab, "git", "checkout", "--", "params.yaml")
+
+
+def test_a_stage_whose_params_yaml_changed_while_it_ran_records_nothing(lab: Path) -> None:
+    """The first of two runs: its stage read one params.yaml and DVC would file its result under another."""
+    proc, data = training(lab, 40)
+    try:
+        data["precision"] = "bf16"  # what a second `dvc exp run -S precision=bf16` writes
+        set_params(lab, data)
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode != 0, out
+        assert "error: params.yaml changed while train ran (another `dvc exp run` in this workspace?), so nothing " \
+               "was recorded under params it did not run with; run experiments side by side with" in out, out
+        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         run(lab, "git", "checkout", "--", "params.yaml")

@@ -192,7 +192,7 @@ def test_a_failed_stage_removes_only_what_it_wrote(tmp_path: Path) -> None:
 
     ours, theirs, later = tmp_path / "ours.json", tmp_path / "theirs.json", tmp_path / "later.csv"
     files.forget_outputs()
-    files.remove_outputs(ours, theirs, later, tmp_path / "plots")
+    files.claim_outputs(ours, theirs, later, tmp_path / "plots")
     files.write_json(ours, {"run": "this one"})
     files.write_json(theirs, {"run": "this one"})
     (tmp_path / "other.tmp").write_text('{"run": "the other"}')
@@ -214,7 +214,7 @@ def test_a_stop_in_the_middle_of_a_write_leaves_no_temporary_file(tmp_path: Path
 
     out = tmp_path / "prepared"
     files.forget_outputs()
-    files.remove_outputs(out)
+    files.claim_outputs(out)
     with pytest.raises(RuntimeError), files.atomic_path(out / "train.bin") as tmp:
         tmp.write_bytes(b"half")
         files.discard_outputs()  # what the watcher's stop runs before os._exit
@@ -255,10 +255,10 @@ def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.Monk
 ], ids=["file descriptors", "disk", "memory", "threads"])
 def test_an_exhausted_machine_is_one_line_and_nothing_recorded(tmp_path: Path, error: BaseException, line: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from benchlab.core.files import remove_outputs, write_json
+    from benchlab.core.files import claim_outputs, write_json
 
     def stage(argv: list[str] | None) -> None:
-        remove_outputs(tmp_path / "out.json")
+        claim_outputs(tmp_path / "out.json")
         write_json(tmp_path / "out.json", {})
         raise error
 
@@ -384,3 +384,58 @@ def test_a_stage_ends_within_two_seconds_of_its_parent_s_death_and_writes_nothin
             and p.name != "stage.log"]
     assert late == [], late
     assert not [out for out in outputs if (lab / out).exists()], log
+
+
+# ---------------------------------------------------------------- issue 53: one DVC run at a time in a workspace
+
+WORKSPACE_HOLDER = """
+import sys, time
+from benchlab.core import locks
+with locks.one_dvc_run():
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_stage_of_a_second_dvc_run_in_the_workspace_is_refused_naming_queue_and_temp(
+        workdir: Path, lock_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where two runs share no file, DVC's own locks let both run; a stage of the second is refused at once."""
+    holder = subprocess.Popen([sys.executable, "-c", WORKSPACE_HOLDER], cwd=workdir, text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT), "DVC_STAGE": "train"})
+    ran = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("DVC_STAGE", "bench@sdpa")
+        with pytest.raises(SystemExit) as stop:
+            run_main(lambda argv: ran.append(argv), [])
+        assert stop.value.code == 2 and ran == []
+        line = capsys.readouterr().err.strip()
+        assert re.fullmatch(r"error: another DVC run is running a stage in this workspace \(pid \d+ \(stage train, "
+                            r"since [\d:]+\)\); two runs here at once would each use the other's params.yaml: run "
+                            r"experiments side by side with `dvc exp run --queue` \(then `dvc queue start`\) or "
+                            r"`dvc exp run --temp`", line), line
+        monkeypatch.delenv("DVC_STAGE")
+        run_main(lambda argv: ran.append(argv), [])  # outside DVC nothing is held
+        assert ran == [[]]
+    finally:
+        holder.communicate("done\n", timeout=60)
+
+
+def test_a_stage_whose_params_yaml_changes_under_it_records_nothing(workdir: Path, lock_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from benchlab.core import files
+
+    (workdir / "out.json").write_text("earlier")
+    monkeypatch.setenv("DVC_STAGE", "train")
+
+    def stage(argv: list[str] | None) -> None:
+        files.claim_outputs(workdir / "out.json")
+        files.write_json(workdir / "out.json", {"precision": "fp32"})
+        (workdir / "params.yaml").write_text((workdir / "params.yaml").read_text() + "precision: bf16\n")
+        files.commit_outputs()
+
+    with pytest.raises(SystemExit):
+        run_main(stage, [])
+    assert "error: params.yaml changed while train ran" in capsys.readouterr().err
+    assert (workdir / "out.json").read_text() == "earlier"

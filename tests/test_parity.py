@@ -31,7 +31,13 @@ def parity_params(**overrides: object):
     (0.2, 0.01, 0.05, False, "worse by 0.200 nats"),
     (-0.3, 0.01, 0.05, False, "better by 0.300 nats"),
     (0.0, 0.08, 0.05, None, "not judged: the reference's two batch orders end 0.080 nats apart"),
-])
+    # Issue 53: at the tolerance exactly, in either direction, a variant still learns the same (`<=`, not `<`), and a
+    # reference whose own noise is the tolerance can still judge.
+    (0.25, 0.0, 0.25, True, "same"),
+    (-0.25, 0.0, 0.25, True, "same"),
+    (0.0, 0.25, 0.25, True, "same"),
+], ids=["within", "within, better", "worse", "better", "noisy reference", "gap at the tolerance",
+        "gap at the tolerance, better", "noise at the tolerance"])
 def test_verdict_against_the_tolerance_and_the_references_own_noise(gap, noise, tolerance, same, words) -> None:
     got_same, got_words = parity.verdict(gap, noise, tolerance)
     assert got_same is same and got_words.startswith(words)

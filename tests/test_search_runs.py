@@ -6,6 +6,9 @@ the code) and with nothing else: not between two runs of the same search. Tested
 and through the journal that compares it, not through how it is built.
 """
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import torch
 from benchlab.core.params import Params, parse_params
 from benchlab.search import runs
 from benchlab.search.journal import Journal, Run
-from tests.conftest import micro_params
+from tests.conftest import ROOT, micro_params
 
 CPU = torch.device("cpu")
 MACHINE = {"cpu": "AMD EPYC 7B13", "gpu": None, "torch": "2.13.0+cpu"}
@@ -110,3 +113,49 @@ def test_answers_from_another_model_size_on_this_machine_warm_start_a_search(mac
         machine[key] = MACHINE[key]
     capped = replace(large, bench=replace(large.bench, memory_cap_gib=24.0))
     assert Journal(path, context_of(capped)).found_elsewhere() == []
+
+
+def test_the_compile_cache_is_a_folder_of_the_project_that_inductor_and_triton_are_pointed_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53: a mutant that moved CACHE_DIR out of the project (where git and DVC ignore it, and later searches find
+    it) left the suite green."""
+    monkeypatch.chdir(tmp_path)  # the project's root, where DVC runs the stage
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    runs.use_compile_cache()
+    inductor, triton = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]), Path(os.environ["TRITON_CACHE_DIR"])
+    assert inductor == tmp_path.resolve() / runs.CACHE_DIR and triton == inductor / "triton"
+    top = f"/{runs.CACHE_DIR.parts[0]}/"
+    assert not runs.CACHE_DIR.is_absolute() and ".." not in runs.CACHE_DIR.parts
+    assert top in (ROOT / ".gitignore").read_text().split() and top in (ROOT / ".dvcignore").read_text().split()
+
+
+def test_a_compile_cache_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere/inductor")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere/triton")
+    runs.use_compile_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere/inductor"
+    assert os.environ["TRITON_CACHE_DIR"] == "/elsewhere/triton"
+
+
+QUIET_IMPORT = """
+import sys
+from benchlab.search import runs
+runs.libraries_to_log(sys.argv[1])
+import torchao  # noqa: F401  on a machine without its CUDA kernels: "Failed to load ... .so", and torch's warning
+import logging
+logging.getLogger("torch.utils._pytree").warning("a torch warning")
+print("search: the search's own line")
+"""
+
+
+def test_a_search_prints_only_its_own_lines_and_the_libraries_messages_go_to_the_log(tmp_path: Path) -> None:
+    """Issue 53: torchao's `Failed to load ... .so` lines and a torch warning were printed on every search run."""
+    log = tmp_path / "search.log"
+    proc = subprocess.run([sys.executable, "-c", QUIET_IMPORT, str(log)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "search: the search's own line\n" and proc.stderr == ""
+    assert "torch.utils._pytree WARNING: a torch warning" in log.read_text()
+    assert os.environ.get(runs.LOG_ENV) is None  # set in the search's process (and so its children) only

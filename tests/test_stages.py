@@ -156,7 +156,7 @@ def test_a_variant_the_device_cannot_run_is_recorded_as_skipped_with_the_reason(
     assert lab["locks"] == []  # nothing timed, so the device was not held
 
 
-def test_a_bench_that_fails_leaves_no_earlier_result(lab: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bench_that_fails_keeps_the_earlier_result(lab: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     for stale in ("results/tf32.json", "steps/tf32.csv"):
         Path(stale).parent.mkdir(exist_ok=True)
         Path(stale).write_text("from an earlier run")
@@ -167,7 +167,7 @@ def test_a_bench_that_fails_leaves_no_earlier_result(lab: dict, monkeypatch: pyt
     monkeypatch.setattr(launch, "run_repeats", fail)
     with pytest.raises(LabError, match="the device went away"):
         bench.main(["--variant", "tf32", *BENCH_ARGS])
-    assert not Path("results/tf32.json").exists() and not Path("steps/tf32.csv").exists()
+    assert Path("results/tf32.json").read_text() == Path("steps/tf32.csv").read_text() == "from an earlier run"
 
 
 # --- train -------------------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_train_refuses_settings_the_device_cannot_run(lab: dict) -> None:
     (RunRecord(status="ok", val_loss=float("inf")),
      "the trained model's validation loss is inf, so nothing was recorded; lower train.lr or use another precision"),
 ])
-def test_a_training_without_a_result_writes_nothing(lab: dict, monkeypatch: pytest.MonkeyPatch, rec: RunRecord,
+def test_a_training_without_a_result_writes_nothing_and_keeps_the_earlier_outputs(lab: dict, monkeypatch: pytest.MonkeyPatch, rec: RunRecord,
                                                     message: str) -> None:
     for stale in TRAIN_ARGS[1:]:
         Path(stale).parent.mkdir(parents=True, exist_ok=True)
@@ -263,4 +263,4 @@ def test_a_training_without_a_result_writes_nothing(lab: dict, monkeypatch: pyte
     with pytest.raises(LabError) as err:
         train.main(TRAIN_ARGS)
     assert str(err.value) == message
-    assert [out for out in TRAIN_ARGS[1:] if Path(out).exists()] == []
+    assert [Path(out).read_text() for out in TRAIN_ARGS[1:]] == ["from an earlier run"] * 4

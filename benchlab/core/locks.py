@@ -1,4 +1,5 @@
-"""The lab's file locks: one device timed by one run at a time, and one output folder written by one run.
+"""The lab's file locks: one device timed by one run at a time, one output folder written by one run, and under DVC
+one stage at a time in a workspace.
 
 `dvc queue start -j 2` or a second terminal could otherwise time two variants on one GPU at once, and both would
 record wrong numbers; two prepares into one folder would each delete the other's files half way. Each lock is an
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchlab.core import parent_watch
+from benchlab.core import files, parent_watch
 from benchlab.core.errors import LabError
 from benchlab.core.sections import LockMode
 
@@ -81,8 +82,47 @@ def device_lock(device: "torch.device", mode: LockMode, holder: str) -> Iterator
 def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
     """Write `path` in this run alone: a second run of the same stage on it fails at once, naming the first."""
     parent_watch.check()  # a stage whose starter died while it imported takes no lock and writes nothing
-    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(os.fsencode(Path(path).resolve())).hexdigest()[:16]  # the bytes: any name, any locale
     with _held(_folder() / f"benchlab-out-{key}.lock", holder, None) as other:
         if other is not None:
             raise LabError(f"{path} is being written by {other}; wait for it to finish, then rerun")
+        yield
+
+
+# How to run experiments side by side: each in a workspace of its own.
+SIDE_BY_SIDE = "run experiments side by side with `dvc exp run --queue` (then `dvc queue start`) or `dvc exp run --temp`"
+
+
+def _params_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+@contextmanager
+def one_dvc_run(params: str | Path = "params.yaml") -> Iterator[None]:
+    """Under DVC, one stage at a time in a workspace, run with the params.yaml it started with.
+
+    DVC lets go of its own lock while a stage runs, so a second `dvc exp run` in the same workspace rewrote
+    params.yaml under the first: `-S precision=tf32` trained with bf16, and results were filed under params they
+    were not run with. Here a stage of a second DVC run is refused at once, and a stage whose params.yaml changed
+    while it ran records nothing. Processes a stage starts are part of its run; outside DVC nothing is held."""
+    if "DVC_STAGE" not in os.environ or parent_watch.started_by_stage():
+        yield
+        return
+    path = Path(params)
+    key = hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:16]
+    stage = os.environ["DVC_STAGE"]
+    with _held(_folder() / f"benchlab-workspace-{key}.lock", f"stage {stage}", None) as other:
+        if other is not None:
+            raise LabError(f"another DVC run is running a stage in this workspace ({other}); two runs here at once "
+                           f"would each use the other's params.yaml: {SIDE_BY_SIDE}")
+        before = _params_sha256(path)
+
+        def unchanged() -> None:
+            if _params_sha256(path) != before:
+                raise LabError(f"params.yaml changed while {stage} ran (another `dvc exp run` in this workspace?), "
+                               f"so nothing was recorded under params it did not run with; {SIDE_BY_SIDE}")
+        files.guard(unchanged)
         yield

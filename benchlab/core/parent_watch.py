@@ -38,7 +38,7 @@ class Stopped(Exception):
 
 
 _state: dict = {"started": False, "orphaned": False, "signalled": False, "where": "", "pairs": [], "parent": "",
-                "before_work": False, "cleanup": None}
+                "before_work": False, "cleanup": None, "started_by_stage": False}
 
 
 def _ppid_of(pid: int) -> int | None:
@@ -207,6 +207,11 @@ def parent_died() -> str:
     return f"the process that started it ({_state['parent']}) died"
 
 
+def started_by_stage() -> bool:
+    """Whether another stage started this process (a repeat, a rank, the search's worker): part of that stage's run."""
+    return _state["started_by_stage"]
+
+
 def signalled() -> bool:
     """Whether a signal stopped this stage (not an exception raised in its code)."""
     return _state["signalled"]
@@ -227,6 +232,7 @@ def arm_early() -> None:
     ends the process at once; a starter already dead ends it now. The processes the stage starts inherit its
     pid (STARTER), so that they can tell whether it still runs."""
     _state["before_work"] = True
+    _state["started_by_stage"] = os.environ.get(STARTER, str(os.getpid())) != str(os.getpid())
     _arm()
     if adopted(_state["pairs"]):  # the starter died before we looked: the parent-death signal will never come
         _state["orphaned"] = _state["signalled"] = True

@@ -5,7 +5,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from benchlab.core import files, parent_watch
+from benchlab.core import files, locks, parent_watch
 from benchlab.core.errors import LabError, exhausted
 
 
@@ -18,7 +18,8 @@ def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = 
     files.forget_outputs()
     try:
         parent_watch.start(files.discard_outputs)
-        main(argv)
+        with locks.one_dvc_run():
+            main(argv)
         parent_watch.finish()
     except LabError as err:
         files.discard_outputs()

@@ -32,7 +32,7 @@ import numpy as np
 from benchlab.core.errors import LabError, cut, shown
 from benchlab.core.files import atomic_path, disk_full, file_sha256, write_json
 from benchlab.core.sections import DataParams
-from benchlab.prep.formats import Piece, corpus_files, corpus_pieces, file_format, unusable
+from benchlab.prep.formats import Piece, corpus_files, corpus_pieces, file_format, on_disk, unusable
 
 PIECE_BYTES = 256 * 1024  # bounded reads; a batch of them keeps both Rust threads busy
 BATCH_BYTES = 4 * 1024 * 1024  # text per encode call: ~1.4M tokens, ~100 MB of Encoding objects
@@ -120,14 +120,14 @@ def load_pretrained(path: str, eot: str):
     from tokenizers import Tokenizer
 
     try:
-        found = Path(path).is_file()
+        found = on_disk(path).is_file()
     except OSError as err:  # a name longer than the system allows
         raise unusable(path, err, "data.tokenizer") from None
     if not found:
         raise LabError(f"data.tokenizer={shown(path)} does not exist; point it at a tokenizer.json or set it to '' to "
                        "train one")
     try:
-        tok = Tokenizer.from_file(path)
+        tok = Tokenizer.from_file(path)  # the library takes the text and encodes it as UTF-8 itself
     except Exception as err:  # the library raises plain Exception on a bad file
         raise LabError(f"data.tokenizer={shown(path)} is not a tokenizers tokenizer.json ({cut(str(err), 200)}); "
                        f"save one with Tokenizer.save or set it to '' to train one") from None
@@ -252,10 +252,9 @@ def prepare(data: DataParams, out_dir: str | Path, piece_bytes: int = PIECE_BYTE
         split_tail(train_tmp, val_tmp, n_val, dtype.itemsize)
     with atomic_path(out / "tokenizer.json") as tmp:
         tok.encode_special_tokens = False  # saved as trained; readers choose how to treat special tokens
-        try:
-            tok.save(str(tmp))
-        except Exception as err:  # the library raises plain Exception("... (os error 28)")
-            raise disk_full(out / "tokenizer.json", err) from None
+        # Written by Python, byte for byte what tok.save writes: the library takes a path only as UTF-8 text, which a
+        # folder named under LC_ALL=C (its name's bytes carried as surrogate escapes) is not.
+        tmp.write_text(tok.to_str(pretty=True), encoding="utf-8")
 
     meta: dict = {
         "corpus": str(data.corpus), "corpus_format": ",".join(sorted({file_format(f, data.format) for f in files})), "corpus_files": len(files),

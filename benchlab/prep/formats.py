@@ -83,6 +83,19 @@ def special_files(root: str | Path) -> Iterator[tuple[Path, str]]:
             yield path, next(kind for test, kind in SPECIAL if test(st.st_mode))
 
 
+def on_disk(path: str | Path) -> Path:
+    """`path` as the file system names it: the UTF-8 bytes of its text, whatever the locale. Under LC_ALL=C with
+    Python's UTF-8 mode off, file names are encoded as ASCII, and a params.yaml path such as data/corpus/données.txt
+    raised UnicodeEncodeError; its UTF-8 bytes, carried as Python carries undecodable names (surrogate escapes),
+    name the file a UTF-8 terminal created. Elsewhere the path is unchanged."""
+    text = os.fspath(path)
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return Path(os.fsdecode(text.encode("utf-8", "surrogateescape")))
+    return Path(text)
+
+
 def check_regular(corpus: str | Path) -> None:
     """Refuse a corpus holding a device, a FIFO, a socket or a broken link, naming it and saying to remove it,
     and a path no file can have (a name longer than the system allows).
@@ -90,18 +103,19 @@ def check_regular(corpus: str | Path) -> None:
     DVC hashes data.corpus by reading every file under it: a link to /dev/zero or a FIFO in the folder hangs
     `dvc repro`, `dvc exp run` and `dvc status` for good. The check_corpus stage, which DVC runs before it hashes
     the corpus for prepare, and the env stage call this."""
+    shown_as, corpus = corpus, on_disk(corpus)
     try:
         os.lstat(corpus)
     except FileNotFoundError:
         return  # nothing to hash: prepare says that it does not exist
     except OSError as err:  # ENAMETOOLONG, a folder on the way that may not be searched
-        raise unusable(corpus, err) from None
+        raise unusable(shown_as, err) from None
     found = list(special_files(corpus))
     if found:
         path, kind = found[0]
         link = f" (a link to {cut(os.readlink(path))})" if path.is_symlink() else ""
         more = f", and {len(found) - 1} more such" if len(found) > 1 else ""
-        raise LabError(f"data.corpus={shown(str(corpus))} holds {path}, {kind}{link}{more}: DVC would hang reading it "
+        raise LabError(f"data.corpus={shown(str(shown_as))} holds {path}, {kind}{link}{more}: DVC would hang reading it "
                        f"while hashing the corpus; remove it (rm {path}) or point data.corpus at regular files only")
 
 
@@ -113,8 +127,8 @@ def unusable(path: str | Path, err: OSError, key: str = "data.corpus") -> LabErr
 
 def corpus_files(path: str | Path, fmt: str = "auto") -> list[Path]:
     """The corpus's files: the file itself, or a folder's files of the format, recursively, in sorted order."""
-    path = Path(path)
     check_regular(path)
+    path = on_disk(path)
     if path.is_file():
         return [path]
     formats = list(TEXT_SUFFIXES) if fmt == "auto" else [fmt]

@@ -16,6 +16,7 @@ there by the same rules, and runs as a variant named `candidate`.
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -49,10 +50,28 @@ NAME = "candidate"
 CACHE_DIR = Path(".cache") / "inductor"
 
 
+# The loggers whose records a search keeps out of the terminal, and the variable naming their file for its children.
+LIBRARIES = ("torch", "torchao")
+LOG_ENV = "BENCHLAB_SEARCH_LOG"
+
+
 def use_compile_cache() -> None:
     """Point inductor and Triton at CACHE_DIR; children inherit it. Set before the first compilation."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR.resolve()))
     os.environ.setdefault("TRITON_CACHE_DIR", str((CACHE_DIR / "triton").resolve()))
+
+
+def libraries_to_log(path: str | Path) -> None:
+    """Send the libraries' log records (torchao's "Failed to load ... .so" for kernels this machine lacks, torch's
+    deprecation warnings) to the file at `path`, appended, not to the terminal: a search prints its own lines. The
+    processes the search starts inherit the path (LOG_ENV) and do the same."""
+    os.environ[LOG_ENV] = str(Path(path).resolve())
+    handler = logging.FileHandler(os.environ[LOG_ENV], encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s pid %(process)d %(name)s %(levelname)s: %(message)s"))
+    for name in LIBRARIES:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]  # torch installs its own handler on "torch", writing to stderr
+        logger.propagate = False
 
 
 def start_of(p: Params) -> RunSettings:

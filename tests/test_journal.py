@@ -1,0 +1,186 @@
+"""benchlab/search/journal.py: the journal is checked, not trusted. A run read back must be one the search could have
+written (a combination the knob rules accept, named by its changes, after the runs it rests on); a bad or forged line
+is refused in one line naming the journal, the line and how to start over; a cut last line is reported."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlab.core.errors import LabError
+from benchlab.core.knobs import RunSettings
+from benchlab.core.skips import DeviceFacts
+from benchlab.search.journal import Checks, Journal, Run
+from benchlab.search.moves import Candidate, rules_for
+from benchlab.search.strategy import Limits, Search
+from tests.conftest import ROOT
+
+START = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
+GPU = DeviceFacts(kind="cuda", name="a test GPU", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
+                  liger_version="0.8.5", cce=True, gpu_count=1)
+BATCH = 8
+CHECKS = Checks(START, rules_for(GPU, BATCH))
+CONTEXT = {"model": "tiny", "batch_size": BATCH, "device": "a test GPU", "torch": "x.y", "memory_cap_gib": None}
+
+
+def measured(cand: Candidate, settings: RunSettings) -> Run:
+    """A stand-in run: each change adds 3% speed and takes 100 MiB off the start's 5000 (a figure, not a model)."""
+    n = len(cand.changes)
+    return Run(cand.name, {}, "", "ok", tokens_per_sec=1000.0 * 1.03 ** n, peak_mem_mb=5000.0 - 100 * n, wall_s=1.0)
+
+
+def judged(cand: Candidate, settings: RunSettings) -> Run:
+    return Run(cand.name, {}, "", "ok", passed=True, message="learns the same", wall_s=1.0)
+
+
+def searched_journal(path: Path) -> list[str]:
+    """The journal of a whole search (screening, confirmation, parity, answers), its lines."""
+    limits = Limits(budget_s=10_000.0, max_candidates=12, confirm=1, repeats=1, lean_floor=0.5, parity_tokens=0.0)
+    Search(START, CHECKS.rules, measured, measured, judged, Journal(path, CONTEXT, CHECKS), limits, BATCH).run()
+    return path.read_text().splitlines()
+
+
+def line(run: Run, context: dict = CONTEXT) -> str:
+    return json.dumps({"context": context, **asdict(run)})
+
+
+def test_every_line_a_search_writes_passes_the_checks(tmp_path: Path) -> None:
+    lines = searched_journal(tmp_path / "journal.jsonl")
+    phases = {json.loads(text)["phase"] for text in lines}
+    assert {"warm", "moves", "confirm", "parity", "found"} <= phases, phases
+    again = Journal(tmp_path / "journal.jsonl", CONTEXT, CHECKS)
+    assert len(again.runs) == len(lines) and (tmp_path / "journal.jsonl").read_text().splitlines() == lines
+
+
+def test_a_moves_line_forged_to_a_refused_combination_with_its_confirm_and_parity_is_refused(tmp_path: Path) -> None:
+    """Issue 53: rewritten to a combination the rules refuse, with matching confirm and parity lines, it was reported
+    as `fastest` at 19.6x the start and written to found.yaml and the report's command."""
+    path = tmp_path / "journal.jsonl"
+    lines = searched_journal(path)
+    forged = {"optimizer": "adamw_bf16_sr"}  # refused: it needs bf16 weights
+    name = Candidate(tuple(forged.items())).name
+    assert CHECKS.rules(Candidate(tuple(forged.items())).settings(START)) is not None
+    at = next(i for i, text in enumerate(lines) if json.loads(text)["phase"] == "moves")
+    lines[at] = line(Run(name, forged, "moves", "ok", tokens_per_sec=19_600.0, peak_mem_mb=100.0, wall_s=1.0))
+    lines += [line(Run(f"{name}#1", forged, "confirm", "ok", tokens_per_sec=19_600.0, peak_mem_mb=100.0)),
+              line(Run(name, forged, "parity", "ok", passed=True, message="learns the same"))]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LabError) as err:
+        Journal(path, CONTEXT, CHECKS)
+    message = str(err.value)
+    assert message.startswith(f"{path}, line {at + 1}: optimizer=adamw_bf16_sr is a combination the knob rules "
+                              "refuse (")
+    assert message.endswith("Delete that line (or the whole file, to start the search over) and rerun")
+    assert "\n" not in message
+
+
+START_RUN = Run("start", {}, "warm", "ok", tokens_per_sec=1000.0, peak_mem_mb=5000.0, wall_s=1.0)
+SDPA_OFF = {"attention": "manual"}
+BAD_LINES = {
+    "not JSON": ("{'context': 1}", "not JSON ("),
+    "no context": (json.dumps(asdict(START_RUN)), "not a journal line (no context)"),
+    "an unknown field": (line(START_RUN).replace('"wall_s"', '"wall_ms"'), "not a journal line (its fields are "),
+    "an unknown phase": (line(Run("start", {}, "warmup", "ok", tokens_per_sec=1.0)), "phase='warmup' is not one"),
+    "a name that is not its changes": (line(Run("start", SDPA_OFF, "moves", "ok", tokens_per_sec=1.0)),
+                                       "a run named 'start' whose changes are 'attention=manual'"),
+    "a knob the search leaves alone": (line(Run("nproc=2", {"nproc": 2}, "moves", "ok", tokens_per_sec=1.0)),
+                                       "changes nproc, which the search does not move"),
+    "a value not among the choices": (line(Run("compile=1", {"compile": 1}, "moves", "ok", tokens_per_sec=1.0)),
+                                      "compile=1 is not one of its choices"),
+    "a negative speed": (line(Run("start", {}, "warm", "ok", tokens_per_sec=-5.0)), "tokens_per_sec not as"),
+    "a speed that is not a number": (line(Run("start", {}, "warm", "ok", tokens_per_sec=1.0)).replace("1.0", "NaN", 1),
+                                     "tokens_per_sec not as"),
+    "an ok run without a speed": (line(Run("start", {}, "warm", "ok")), "a run that ended ok with no tokens/s"),
+    "a confirmation never screened": (line(Run("attention=manual#1", SDPA_OFF, "confirm", "ok", tokens_per_sec=1.0)),
+                                      "a confirm run of attention=manual that no screening run of it comes before"),
+    "a verdict never screened": (line(Run("attention=manual", SDPA_OFF, "parity", "ok", passed=True)),
+                                 "a parity run of attention=manual that no screening run of it comes before"),
+    "an answer never judged": (line(Run("fastest", {"precision": "bf16", "attention": "manual", "compile": True,
+                                                    "optimizer": "adamw_fused"}, "found", "ok")),
+                               "the answer fastest without a passed parity verdict of it before it"),
+}
+
+
+@pytest.mark.parametrize("bad, words", BAD_LINES.values(), ids=BAD_LINES.keys())
+def test_a_bad_or_forged_line_is_refused_naming_the_journal_and_its_line(tmp_path: Path, bad: str, words: str) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text(line(START_RUN) + "\n" + bad + "\n" + line(START_RUN, {**CONTEXT, "model": "other"}) + "\n")
+    before = path.read_bytes()
+    with pytest.raises(LabError) as err:
+        Journal(path, CONTEXT, CHECKS)
+    assert str(err.value).startswith(f"{path}, line 2: ") and words in str(err.value), str(err.value)
+    assert "Delete that line (or the whole file, to start the search over)" in str(err.value)
+    assert path.read_bytes() == before  # nothing dropped without a word
+
+
+def test_a_cut_last_line_is_reported_set_aside_and_its_run_made_again(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "journal.jsonl"
+    screened = line(Run("attention=manual", SDPA_OFF, "moves", "ok", tokens_per_sec=900.0, peak_mem_mb=6000.0))
+    path.write_text(line(START_RUN) + "\n" + screened[:40])  # killed while writing it
+    journal = Journal(path, CONTEXT, CHECKS)
+    assert list(journal.runs) == [("warm", "start")]  # the cut run is not trusted: it is made again
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said == [f"search: warning: {path}, line 2 was cut short (the search was stopped while writing it); set "
+                    f"aside in {path}.cut, and its run is made again"]
+    assert path.read_text() == line(START_RUN) + "\n"
+    assert (tmp_path / "journal.jsonl.cut").read_text() == screened[:40] + "\n"
+
+
+def test_a_whole_last_line_without_its_end_of_line_is_kept_and_ended(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text(line(START_RUN))
+    journal = Journal(path, CONTEXT, CHECKS)
+    journal.add(Run("attention=manual", SDPA_OFF, "moves", "ok", tokens_per_sec=900.0, peak_mem_mb=6000.0))
+    assert [json.loads(text)["name"] for text in path.read_text().splitlines()] == ["start", "attention=manual"]
+
+
+def test_another_context_s_lines_are_read_as_lines_but_not_checked_by_this_one_s_rules(tmp_path: Path) -> None:
+    """A search at another size or batch has its own start and rules; its answers warm-start this one, which
+    screens them by its own rules first."""
+    path = tmp_path / "journal.jsonl"
+    refused_here = {"optimizer": "adamw_bf16_sr"}
+    path.write_text(line(Run("fastest", refused_here, "found", "ok"), {**CONTEXT, "model": "gpt_small"}) + "\n")
+    assert Journal(path, CONTEXT, CHECKS).found_elsewhere() == [("fastest (gpt_small)", refused_here)]
+
+
+@pytest.mark.integration
+def test_the_search_stage_refuses_a_forged_journal_naming_it(workdir: Path) -> None:
+    """Issue 53: a forged line stopped every rerun with an error naming a temporary candidate.json."""
+    data = yaml.safe_load((workdir / "params.yaml").read_text())
+    data["parity"].update(steps=4, tail_steps=2, tolerance=5.0)
+    data["search"].update(start="fp32_baseline", budget_s=60)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_LOCK_DIR": str(workdir)}
+    run = lambda *args, stage="": subprocess.run([sys.executable, "-m", *args], cwd=workdir, capture_output=True,  # noqa: E731
+                                                 text=True, env={**env, "DVC_STAGE": stage}, timeout=600)
+    assert run("stages.prepare", "prep", stage="prepare").returncode == 0
+    assert run("stages.parity", "prep", "rec", "curves", stage="parity_reference").returncode == 0
+    context = subprocess.run([sys.executable, "-c", CONTEXT_OF], cwd=workdir, capture_output=True, text=True,
+                             env=env, check=True).stdout
+    forged = {"fused_clip": True}  # refused with optimizer=adamw: the clipping scale needs fused AdamW
+    (workdir / "out").mkdir()
+    (workdir / "out" / "journal.jsonl").write_text(
+        json.dumps({"context": json.loads(context), **asdict(Run("fused_clip=true", forged, "warm", "ok",
+                                                                  tokens_per_sec=1e6, peak_mem_mb=1.0))}) + "\n")
+    proc = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert last.startswith("error: out/journal.jsonl, line 1: fused_clip=true is a combination the knob rules refuse")
+    assert "candidate.json" not in proc.stderr and not (workdir / "search.json").exists()
+
+
+# The context the search stage computes for these params on this machine, printed as JSON.
+CONTEXT_OF = """
+import json
+from benchlab.core.params import load_params
+from benchlab.run.hardware import resolve_device
+from benchlab.search import runs
+p = load_params()
+print(json.dumps(runs.context(p, resolve_device(p.device))))
+"""
