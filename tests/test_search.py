@@ -552,7 +552,7 @@ def test_the_journal_drops_a_cut_last_line_and_keeps_other_contexts_lines(tmp_pa
     journal.add(Run("start", {}, "warm", "ok", tokens_per_sec=1.0))
     other = json.dumps({"context": {**CONTEXT, "model": "gpt2_350m"}, **asdict(Run("x", {}, "found", "ok"))})
     with path.open("a") as f:
-        f.write(other + "\n" + "not json\n")
+        f.write(other + "\n")
     journal.add(Run("loss=inline", {"loss": "inline"}, "moves", "ok", tokens_per_sec=2.0))
     with path.open("a") as f:
         f.write('{"context": {"mod')  # cut by a kill
