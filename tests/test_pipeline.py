@@ -238,16 +238,20 @@ def test_no_variant_name_reaches_a_shell(repo: Path, how: str) -> None:
         sh(repo, "git", "checkout", "--", "params.yaml")
 
 
+TRAIN_OUTPUTS = ("checkpoints/model.pt", "metrics/train.json", "metrics/records/train.json", "plots/train_steps.csv")
+
+
 def test_killed_training_is_redone_by_the_next_repro(repo: Path) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["steps"] = 150  # long enough to be killed mid-run
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    earlier = {name: (repo / name).read_bytes() for name in TRAIN_OUTPUTS}
     proc = start_training(repo, env)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (repo / "checkpoints/model.pt").exists()
-    assert not (repo / "metrics/train.json").exists()
+    # the earlier run's outputs, byte for byte (issue 53: DVC deleted them first); the lock still says they are stale
+    assert {name: (repo / name).read_bytes() for name in TRAIN_OUTPUTS} == earlier
     assert "train" in sh(repo, "status").stdout
     redo = sh(repo, "repro", "train")
     assert "train" in ran(redo)
@@ -286,6 +290,7 @@ def test_killing_only_dvc_stops_the_stage_and_it_never_writes(repo: Path) -> Non
     params["train"]["steps"] = 4000
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    earlier = {name: (repo / name).read_bytes() for name in TRAIN_OUTPUTS}
     proc = start_training(repo, env)
     try:
         assert _processes_in(repo, "stages.train"), "the stage should be running"
@@ -295,7 +300,7 @@ def test_killing_only_dvc_stops_the_stage_and_it_never_writes(repo: Path) -> Non
         while _processes_in(repo, "stages.train") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _processes_in(repo, "stages.train"), "the stage outlived dvc"
-        assert not (repo / "metrics/train.json").exists() and not (repo / "checkpoints/model.pt").exists()
+        assert {name: (repo / name).read_bytes() for name in TRAIN_OUTPUTS} == earlier  # nothing written after
     finally:
         for pid in _processes_in(repo, "stages.train"):
             os.kill(pid, signal.SIGKILL)
