@@ -1,0 +1,150 @@
+"""The time-to-loss track (benchlab/run/ttl.py, benchlab/analysis/ttl.py, stages/ttl.py): the clock, the target,
+the arms' verdicts, and the params that set them."""
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from benchlab.analysis import ttl as judge
+from benchlab.analysis.ttl_report import tracks_table
+from benchlab.core.errors import LabError
+from benchlab.core.params import Params, parse_params
+from benchlab.run import runner
+from benchlab.run.ttl import run_curve, training_clock, tuned
+from tests.conftest import micro_params
+
+CPU = torch.device("cpu")
+
+
+def ttl_params(**ttl: object) -> Params:
+    """Micro params whose track times fp32_baseline (eager: no compilation in the test) for a few steps."""
+    data = micro_params()
+    data["ttl"].update({"reference": "fp32_baseline", "steps": 6, "eval_every": 2, "warmup_steps": 1,
+                        "sweep_warmup_steps": [1], **ttl})
+    return parse_params(data)
+
+
+def curve(losses: list[float], times: list[float] | None = None) -> dict[str, Any]:
+    """A finished run evaluated after steps 10, 20, ... at one second of training per evaluation unless given."""
+    times = times or [float(i + 1) for i in range(len(losses))]
+    return {"status": "ok", "eval_steps": [10 * (i + 1) for i in range(len(losses))], "train_s": times,
+            "val_loss": losses}
+
+
+def test_the_clock_counts_compilation_steps_at_the_median_step() -> None:
+    assert training_clock([5000.0, 10.0, 12.0, 11.0], warmup=1) == pytest.approx([0.011, 0.021, 0.033, 0.044])
+    assert training_clock([5000.0, 4000.0, 10.0, 30.0, 20.0], warmup=2) == pytest.approx(
+        [0.02, 0.04, 0.05, 0.08, 0.10])
+
+
+def test_the_clock_excludes_compilation_and_evaluation(tokens, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first step that takes 8 s more (compilation) and evaluations of 5 s each stay off the training clock and
+    are reported apart. (Long sleeps: on a shared 2-core machine a micro step can take a second.)"""
+    real_step, real_eval, steps = runner.train_step, runner.evaluate, []
+
+    def slow_first_step(*args: object, **kwargs: object) -> torch.Tensor:
+        if not steps:
+            time.sleep(8.0)
+        steps.append(1)
+        return real_step(*args, **kwargs)
+
+    def slow_eval(*args: object, **kwargs: object) -> float:
+        time.sleep(5.0)
+        return real_eval(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "train_step", slow_first_step)
+    monkeypatch.setattr(runner, "evaluate", slow_eval)
+    p = ttl_params(steps=4, eval_every=2)
+    run = run_curve(p, p.variants["fp32_baseline"], tokens, CPU, 1, None)
+    assert run["status"] == "ok" and run["eval_steps"] == [2, 4]
+    assert run["eval_s"] >= 2 * 5.0  # the evaluation after step 2 and the last one, apart
+    # Compilation is apart: on the clock, the four steps take less than what the first took beyond the others.
+    assert run["train_s"][-1] < run["warmup_excess_s"] and run["train_s"][-1] + run["warmup_excess_s"] >= 8.0
+    # Steps 3 and 4 came after a 5 s evaluation: not on their clock.
+    assert run["train_s"][1] - run["train_s"][0] < 5.0
+
+
+def test_the_stopping_steps_are_identical_across_seeds(tokens) -> None:
+    p = ttl_params(steps=5, eval_every=2)
+    runs = [run_curve(replace(p, seed=s), p.variants["fp32_baseline"], tokens, CPU, s, None) for s in p.ttl.seeds]
+    assert [r["eval_steps"] for r in runs] == [[2, 4, 5]] * 3  # fixed in advance, the last step included
+    assert len({tuple(r["val_loss"]) for r in runs}) == 3  # the seeds differ: each is its own weights and batches
+    # A run that reaches a low loss early still trains to the last step: no early stopping.
+    assert all(len(r["train_s"]) == 3 for r in runs)
+
+
+def test_a_variant_that_never_reaches_the_target_is_reported_as_such() -> None:
+    runs = [curve([4.0, 3.6, 3.5]), curve([4.0, 3.7, 3.55]), curve([3.9, 3.6, 3.52])]
+    out = judge.arm_summary(runs, target=3.4, reference_s=2.5, alpha=0.05)
+    assert out["time_to_target_s_seeds"] == [None, None, None] and out["reached_seeds"] == 0
+    assert out["time_to_target_s_mean"] is None and out["time_to_target"] == "not reached by 3 of 3 seeds"
+    assert out["below_target"] is False and out["verdict"].startswith("not shown below the target")
+    row = tracks_table([{**out, "arm": "ref", "variant": "recipe", "kind": "systems-only"},
+                        {**out, "arm": "muon", "variant": "muon", "kind": "changes the optimization: optimizer=muon"}])
+    assert "| not reached by 3 of 3 seeds | 0 of 3 |" in row
+    # One seed short of it: still no time, never a mean over the seeds that got there.
+    part = judge.arm_summary([curve([4.0, 3.3]), curve([4.0, 3.35]), curve([4.0, 3.5])], 3.4, 2.0, 0.05)
+    assert part["time_to_target_s_seeds"] == [2.0, 2.0, None] and part["time_to_target_s_mean"] is None
+    assert part["time_to_target"] == "not reached by 1 of 3 seeds"
+
+
+def test_an_arm_below_the_target_gets_its_times_and_the_test() -> None:
+    runs = [curve([3.5, 3.30, 3.20]), curve([3.5, 3.35, 3.22]), curve([3.5, 3.38, 3.21])]
+    out = judge.arm_summary(runs, target=3.4, reference_s=3.0, alpha=0.05)
+    assert out["time_to_target_s_seeds"] == [2.0, 2.0, 2.0] and out["time_to_target_s_mean"] == 2.0
+    assert out["loss_at_budget_seeds"] == pytest.approx([3.20, 3.22, 3.21])
+    assert out["below_target"] is True and out["p_value"] < 0.01 and "below the target (one-sided t-test" in out["verdict"]
+    ref = judge.arm_summary(runs, 3.21, 3.0, 0.05, defines_target=True)
+    assert ref["verdict"].startswith("defines the target") and ref["p_value"] is None
+
+
+def test_loss_at_the_budget_is_linear_in_training_time_and_held_after_the_end() -> None:
+    run = curve([4.0, 3.0, 2.5], times=[10.0, 20.0, 30.0])
+    assert judge.loss_at(run, 15.0) == pytest.approx(3.5) and judge.loss_at(run, 99.0) == 2.5
+    assert judge.loss_at(run, 5.0) is None  # before the first evaluation: not measured
+    assert judge.time_to(run, 3.0) == 20.0 and judge.time_to(run, 2.9) == 30.0 and judge.time_to(run, 2.0) is None
+    assert judge.loss_at({"status": "diverged"}, 15.0) is None and judge.time_to({"status": "oom"}, 9.0) is None
+
+
+def test_the_target_is_the_references_mean_at_its_budget_or_says_why_not() -> None:
+    runs = [curve([4.0, 3.0], times=[10.0, 20.0]), curve([4.0, 3.2], times=[10.0, 20.0])]
+    assert judge.target_of(runs, 15.0) == (pytest.approx(3.55), "")
+    target, why = judge.target_of(runs, 25.0)
+    assert target is None and why == ("the reference trained its 20 steps in 20.0 s, less than ttl.reference_s=25; "
+                                      "raise ttl.steps or lower ttl.reference_s")
+    assert judge.target_of([*runs, {"status": "diverged", "message": "loss became nan"}], 15.0) == (
+        None, "a reference run diverged: loss became nan")
+    assert judge.best_point([{"loss_at_budget": 3.1}, {"loss_at_budget": None}, {"loss_at_budget": 3.0}]) == 2
+
+
+def test_a_sweep_point_sets_the_learning_rate_its_floor_warmup_and_seed(params: Params) -> None:
+    p = tuned(params, 0.008, 7, 3)
+    assert (p.train.lr, p.train.lr_warmup_steps, p.seed) == (0.008, 7, 3)
+    assert p.train.min_lr / p.train.lr == pytest.approx(params.train.min_lr / params.train.lr)
+
+
+def test_ttl_variants_are_changes_to_the_reference() -> None:
+    p = parse_params(micro_params())
+    recipe = p.variants["recipe"]
+    assert p.ttl.variants["muon"] == replace(recipe, optimizer="muon")
+    assert p.ttl.variants["wsd"] == replace(recipe, schedule="wsd")
+    data = micro_params()
+    data["ttl"]["variants"]["bad"] = {"optimizer": "sgd"}
+    with pytest.raises(LabError, match=r"^ttl\.variants\.bad\.optimizer='sgd' is not valid; expected one of: adamw"):
+        parse_params(data)
+    data = micro_params()
+    data["ttl"]["reference"] = "nope"
+    with pytest.raises(LabError, match=r"^ttl\.reference='nope' is not valid; expected one of the variants: "):
+        parse_params(data)
+    data = micro_params()
+    data["ttl"]["seeds"] = [1]
+    with pytest.raises(LabError, match=r"^ttl\.seeds=\[1\] is not valid; expected two or more different integers"):
+        parse_params(data)
+
+
+def test_eval_steps_are_every_eval_every_and_the_last() -> None:
+    assert ttl_params(steps=7, eval_every=3).ttl.eval_steps() == [3, 6, 7]
+    assert ttl_params(steps=6, eval_every=3).ttl.eval_steps() == [3, 6]
