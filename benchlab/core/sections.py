@@ -231,12 +231,12 @@ class TtlParams:
 
     reference: str = "recipe"
     """The variant whose learning rate and warm-up the reference's sweep tunes; the variants change it."""
-    reference_s: float = 8.0
+    reference_s: float = 20.0
     """Seconds of training time (compilation and evaluation not counted) at which the reference's mean validation
     loss over the seeds is the target."""
     steps: int = 60
     """Optimizer steps of every run, fixed in advance (the schedule spans them); no run stops early."""
-    eval_every: int = 10
+    eval_every: int = 5
     """The validation loss is taken every this many steps, and at the last."""
     warmup_steps: int = 2
     """The first steps, whose time holds compilation: each counts as the run's median step on its clock."""
