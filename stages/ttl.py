@@ -1,7 +1,8 @@
 """Stages ttl_reference and ttl@<variant>: time to a target loss (benchlab/run/ttl.py, benchlab/analysis/ttl.py).
 
 ttl_reference sweeps ttl.reference's learning rate and warm-up with the first seed, trains the point with the
-lowest loss at ttl.reference_s on the other seeds, and sets the target: its mean validation loss at reference_s.
+lowest loss at its budget (ttl.budget_fraction of its training time) on the other seeds, and sets the target: its
+mean validation loss at reference_s, ttl.budget_fraction of its mean training time over the seeds.
 ttl@<name> trains the reference plus ttl.variants.<name>'s changes on every seed with the tuned learning rate and
 warm-up, and gives its time to the target and its loss at the budget, with the test. The variant comes from
 DVC_STAGE, as for bench; `--variant NAME` or `--reference` serve runs outside DVC. Each writes <name>.json to the
@@ -39,7 +40,7 @@ def kind(settings: RunSettings) -> str:
 
 def settings_record(p: Params) -> dict[str, Any]:
     """The params every ttl record carries, and a variant's must share with the reference's."""
-    return {"reference": p.ttl.reference, "reference_s": p.ttl.reference_s, "steps": p.ttl.steps,
+    return {"reference": p.ttl.reference, "budget_fraction": p.ttl.budget_fraction, "steps": p.ttl.steps,
             "eval_steps": p.ttl.eval_steps(), "warmup_steps": p.ttl.warmup_steps, "seeds": list(p.ttl.seeds),
             "alpha": p.ttl.alpha, "model": p.model, "batch_size": p.train.batch_size, "block_size": p.train.block_size,
             "eval_batches": p.eval.batches, "min_lr_ratio": p.train.min_lr / p.train.lr,
@@ -65,19 +66,23 @@ def reference(p: Params, data: Any, device: Any) -> tuple[dict[str, Any], list[d
             run = run_curve(tuned(p, lr, warm, first), settings, data, device, first, f"ttl sweep: lr {lr:g}, warm-up {warm}")
             sweep_runs.append(run)
             points.append({"lr": lr, "lr_warmup_steps": warm, "status": run["status"], "message": run["message"],
-                           "loss_at_budget": judge.loss_at(run, p.ttl.reference_s)})
+                           "loss_at_budget": _loss_at_own_budget(run, p.ttl.budget_fraction)})
     best = judge.best_point(points)
     out = {"arm": REFERENCE_NAME, "variant": p.ttl.reference, "kind": kind(settings), "sweep": points}
     if best is None:
-        return {**out, "status": "no target", "message": "no point of the sweep has a loss at ttl.reference_s: "
-                + judge.target_of(sweep_runs, p.ttl.reference_s)[1],
-                **judge.arm_summary([], None, p.ttl.reference_s, p.ttl.alpha)}, []
+        why = next((r["message"] for r in sweep_runs if r["status"] != "ok"), "lower ttl.eval_every or raise "
+                   "ttl.budget_fraction")
+        return {**out, "status": "no target", "reference_s": None,
+                "message": f"no point of the sweep has a loss at its budget: {why}",
+                **judge.arm_summary([], None, 0.0, p.ttl.alpha)}, []
     lr, warm = points[best]["lr"], points[best]["lr_warmup_steps"]
     runs = [sweep_runs[best]] + [run_curve(tuned(p, lr, warm, s), settings, data, device, s, f"ttl reference: seed {s}")
                                  for s in p.ttl.seeds[1:]]
-    target, why = judge.target_of(runs, p.ttl.reference_s)
+    budget = judge.budget_of(runs, p.ttl.budget_fraction)
+    target, why = judge.target_of(runs, budget) if budget is not None else (None, "no reference run finished")
     return {**out, "lr": lr, "lr_warmup_steps": warm, "status": "ok" if target is not None else "no target",
-            "message": why, **judge.arm_summary(runs, target, p.ttl.reference_s, p.ttl.alpha, defines_target=True),
+            "message": why, "reference_s": budget,
+            **judge.arm_summary(runs, target, budget or 0.0, p.ttl.alpha, defines_target=True),
             **_speed(runs), "runs": runs}, runs
 
 
@@ -89,7 +94,7 @@ def variant(p: Params, name: str, ref: dict[str, Any], data: Any, device: Any) -
            "changes": ", ".join(f"{k}={getattr(settings, k)}" for k in KNOBS if getattr(settings, k) != getattr(base, k))}
     if ref.get("status") != "ok":
         return {**out, "status": "not judged", "message": f"the reference has no target: {ref.get('message')}",
-                **judge.arm_summary([], None, p.ttl.reference_s, p.ttl.alpha)}, []
+                **judge.arm_summary([], None, 0.0, p.ttl.alpha)}, []
     runs = [run_curve(tuned(p, ref["lr"], ref["lr_warmup_steps"], s), settings, data, device, s, f"ttl@{name}: seed {s}")
             for s in p.ttl.seeds]
     speed = _speed(runs)
@@ -97,8 +102,14 @@ def variant(p: Params, name: str, ref: dict[str, Any], data: Any, device: Any) -
     failed = next((r for r in runs if r["status"] != "ok"), None)
     return {**out, "lr": ref["lr"], "lr_warmup_steps": ref["lr_warmup_steps"], "status": "ok",
             "message": f"seed {p.ttl.seeds[runs.index(failed)]} {failed['status']}: {failed['message']}" if failed else "",
-            **judge.arm_summary(runs, ref["target_loss"], p.ttl.reference_s, p.ttl.alpha), **speed,
+            **judge.arm_summary(runs, ref["target_loss"], ref["reference_s"], p.ttl.alpha), **speed,
             "speed_vs_reference_x": ratio, "runs": runs}, runs
+
+
+def _loss_at_own_budget(run: dict[str, Any], fraction: float) -> float | None:
+    """A sweep point's score: its loss at `fraction` of its own training time, as the target is the reference's."""
+    budget = judge.budget_of([run], fraction)
+    return judge.loss_at(run, budget) if budget is not None else None
 
 
 def _speed(runs: list[dict[str, Any]]) -> dict[str, float | None]:

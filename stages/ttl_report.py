@@ -16,7 +16,8 @@ from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 
 METRICS = ("target_loss", "time_to_target_s_mean", "time_to_target_s_std", "reached_seeds", "loss_at_budget_mean",
-           "loss_at_budget_std", "p_value", "tokens_per_sec", "speed_vs_reference_x")
+           "loss_at_budget_std", "p_value", "at_target_by_first_eval_seeds", "reference_s",
+           "tokens_per_sec", "speed_vs_reference_x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         raise LabError(f"no ttl record for {', '.join(missing)} in {args.record_dir}; run `dvc repro ttl/dvc.yaml`")
     ref, *variants = [json.loads((args.record_dir / f"{n}.json").read_text()) for n in names]
-    plot_curves([ref, *variants], ref.get("target_loss"), p.ttl.reference_s, args.plot_png)
+    plot_curves([ref, *variants], ref.get("target_loss"), ref.get("reference_s"), args.plot_png)
     link = Path(os.path.relpath(args.plot_png, args.report_md.parent)).as_posix()
     write_text(args.report_md, report(ref, variants, link))
     write_json(args.metrics_json, {f"{r['arm']}.{k}": r.get(k) for r in (ref, *variants) for k in METRICS

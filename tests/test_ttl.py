@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchlab.analysis import ttl as judge
-from benchlab.analysis.ttl_report import tracks_table
+from benchlab.analysis.ttl_report import report, tracks_table
 from benchlab.core.errors import LabError
 from benchlab.core.params import Params, parse_params
 from benchlab.run import runner
@@ -101,6 +101,40 @@ def test_an_arm_below_the_target_gets_its_times_and_the_test() -> None:
     assert ref["verdict"].startswith("defines the target") and ref["p_value"] is None
 
 
+def test_a_target_met_at_the_first_evaluation_is_too_easy_to_time() -> None:
+    """A run at the target by its first evaluation was timed to that evaluation, not to the target: no mean time."""
+    runs = [curve([3.3, 3.2, 3.1]), curve([3.5, 3.35, 3.2]), curve([3.5, 3.38, 3.21])]
+    out = judge.arm_summary(runs, target=3.4, reference_s=3.0, alpha=0.05)
+    assert out["time_to_target_s_seeds"] == [1.0, 2.0, 2.0] and out["at_target_by_first_eval_seeds"] == 1
+    assert out["time_to_target_s_mean"] is None
+    assert out["time_to_target"] == ("too easy to time: 1 of 3 seeds at the target by their first evaluation "
+                                     "(at most 1.0 s, maybe much less)")
+    assert "| too easy to time: 1 of 3 seeds" in tracks_table([{**out, "arm": "ref", "variant": "recipe"}])
+    # The test of the loss at the budget still holds: it does not depend on when the target was met.
+    assert out["below_target"] is True
+    # One evaluation later it is a time.
+    later = judge.arm_summary(runs, target=3.25, reference_s=3.0, alpha=0.05)
+    assert later["at_target_by_first_eval_seeds"] == 0 and later["time_to_target_s_mean"] == pytest.approx(8 / 3)
+
+
+def test_the_report_says_when_the_reference_itself_is_at_its_target_at_once() -> None:
+    runs = [curve([3.3, 3.2]), curve([3.35, 3.25])]
+    ref = {**judge.arm_summary(runs, 3.4, 1.5, 0.05, defines_target=True), "arm": "reference-sweep",
+           "variant": "recipe", "budget_fraction": 0.75, "reference_s": 1.5}
+    text = report(ref, [], "plot.png")
+    assert "at 1.5 s of training time (75% of its mean training time" in text
+    assert "The target is too easy to time" in text
+    fine = {**ref, **judge.arm_summary(runs, 3.22, 1.5, 0.05, defines_target=True)}
+    assert "The target is too easy" not in report(fine, [], "plot.png")
+
+
+def test_the_budget_is_a_share_of_the_references_own_training_time() -> None:
+    """Late in the reference's run whatever the machine's speed: 75% of 20 s and of 40 s, over the ok runs."""
+    runs = [curve([4.0, 3.0], times=[10.0, 20.0]), curve([4.0, 3.0], times=[20.0, 40.0]), {"status": "oom"}]
+    assert judge.budget_of(runs, 0.75) == pytest.approx(22.5) and judge.budget_of(runs[:1], 0.5) == 10.0
+    assert judge.budget_of([{"status": "diverged"}], 0.75) is None
+
+
 def test_loss_at_the_budget_is_linear_in_training_time_and_held_after_the_end() -> None:
     run = curve([4.0, 3.0, 2.5], times=[10.0, 20.0, 30.0])
     assert judge.loss_at(run, 15.0) == pytest.approx(3.5) and judge.loss_at(run, 99.0) == 2.5
@@ -114,9 +148,9 @@ def test_the_target_is_the_references_mean_at_its_budget_or_says_why_not() -> No
     assert judge.target_of(runs, 15.0) == (pytest.approx(3.55), "")
     # A seed that finished before the budget has its final model there: its last loss counts, and the record says so.
     assert judge.target_of(runs, 25.0) == (pytest.approx(3.1), "2 of 2 seeds finished their 20 steps before "
-                                           "ttl.reference_s=25 (20.0 s, 20.0 s): their last loss is their loss at the budget")
-    assert judge.target_of(runs, 5.0) == (None, "the reference's first evaluation came after ttl.reference_s=5 s of "
-                                                "training; lower ttl.eval_every")
+                                           "the budget, 25 s (20.0 s, 20.0 s): their last loss is their loss at the budget")
+    assert judge.target_of(runs, 5.0) == (None, "the reference's first evaluation came after its budget, 5 s of "
+                                                "training; lower ttl.eval_every or raise ttl.budget_fraction")
     assert judge.target_of([*runs, {"status": "diverged", "message": "loss became nan"}], 15.0) == (
         None, "a reference run diverged: loss became nan")
     assert judge.best_point([{"loss_at_budget": 3.1}, {"loss_at_budget": None}, {"loss_at_budget": 3.0}]) == 2

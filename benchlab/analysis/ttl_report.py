@@ -36,6 +36,16 @@ def _time(r: dict[str, Any]) -> str:
     return r.get("time_to_target") or ("not judged" if r.get("target_loss") is None else "not reached")
 
 
+def _budget_where(ref: dict[str, Any]) -> str:
+    """Where the budget fell in the reference's own runs: a target met at an arm's first evaluation times nothing."""
+    share = ref.get("budget_fraction")
+    where = f" ({share:.0%} of its mean training time, ttl.budget_fraction)" if share is not None else ""
+    if ref.get("at_target_by_first_eval_seeds"):
+        where += (". **The target is too easy to time:** the reference is at it by its first evaluation, so no time "
+                  "to it says how fast an arm trains; raise ttl.budget_fraction or ttl.steps")
+    return where
+
+
 def tracks_table(arms: list[dict[str, Any]]) -> str:
     """Each arm with its track, its same-math speed and its time to the target."""
     head = ["arm", "track", "changes on the reference", "tokens/s", "speed vs reference", "time to target s, mean ± sd "
@@ -69,7 +79,7 @@ def off_clock(arms: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(arms: list[dict[str, Any]], target: float | None, budget_s: float, png: Path) -> None:
+def plot_curves(arms: list[dict[str, Any]], target: float | None, budget_s: float | None, png: Path) -> None:
     """Every seed's validation loss against training seconds, an arm a colour, the target and the budget dashed."""
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, r in enumerate(arms):
@@ -78,7 +88,8 @@ def plot_curves(arms: list[dict[str, Any]], target: float | None, budget_s: floa
                     label=(r["arm"] if j == 0 else None))
     if target is not None:
         ax.axhline(target, color="0.3", linestyle="--", linewidth=1, label=f"target {target:.4f}")
-    ax.axvline(budget_s, color="0.6", linestyle=":", linewidth=1, label=f"reference budget {budget_s:g} s")
+    if budget_s is not None:
+        ax.axvline(budget_s, color="0.6", linestyle=":", linewidth=1, label=f"reference budget {budget_s:.1f} s")
     ax.set_xlabel("training time (s; compilation and evaluation off the clock)")
     ax.set_ylabel("validation loss (nats)")
     ax.legend()
@@ -97,11 +108,12 @@ def report(ref: dict[str, Any], variants: list[dict[str, Any]], png_link: str) -
              "(each the initial weights and the batch order, the same for every arm).")
     target = (f"The reference, {ref.get('variant')}, tuned on the first seed (sweep below): lr {_num(ref.get('lr'), 'g')}, "
               f"warm-up {ref.get('lr_warmup_steps', DASH)} steps. **Target: {_num(ref.get('target_loss'), '.4f')}**, its "
-              f"mean validation loss over the seeds at {ref.get('reference_s')} s of training time"
-              + (f" ({ref['message']})" if ref.get("message") else "") + ". Every variant trains with the reference's "
-              "tuned learning rate and warm-up.")
+              f"mean validation loss over the seeds at {_num(ref.get('reference_s'), '.1f')} s of training time"
+              + _budget_where(ref) + (f" ({ref['message']})" if ref.get("message") else "")
+              + ". Every variant trains with the reference's tuned learning rate and warm-up.")
     test = ("Time to target: the training time at a run's first evaluation at or below the target; an arm has a time "
-            "only where every seed got there. Loss at budget: a run's validation loss at the reference's budget, "
+            "only where every seed got there, after its first evaluation (a run at the target by then is too easy to "
+            "time: its time only bounds it from above). Loss at budget: a run's validation loss at the reference's budget, "
             "linear in training time between the evaluations around it. Test: one-sided one-sample t-test that the "
             f"mean loss at the budget over the seeds is below the target, at level {ref.get('alpha')} (the t "
             "distribution in closed form, benchlab/core/stats.py).")

@@ -227,34 +227,38 @@ class SearchParams:
 @dataclass(frozen=True)
 class TtlParams:
     """The time-to-loss track (ttl/dvc.yaml, benchlab/run/ttl.py): every arm trains `steps` steps per seed on the same
-    batches, evaluated at the same steps; the target is the tuned reference's validation loss at `reference_s`."""
+    batches, evaluated at the same steps; the target is the tuned reference's validation loss at its budget,
+    `budget_fraction` of its own training time."""
 
     reference: str = "recipe"
     """The variant whose learning rate and warm-up the reference's sweep tunes; the variants change it."""
-    reference_s: float = 20.0
-    """Seconds of training time (compilation and evaluation not counted) at which the reference's mean validation
-    loss over the seeds is the target."""
-    steps: int = 60
+    budget_fraction: float = 0.75
+    """The budget, reference_s (in the reference's record): this share of the reference's mean training time over
+    its seeds (compilation and evaluation not counted). The target is its mean validation loss there: late in its run,
+    so a target it meets only after several evaluations, on any machine and under any load."""
+    steps: int = 120
     """Optimizer steps of every run, fixed in advance (the schedule spans them); no run stops early."""
-    eval_every: int = 5
+    eval_every: int = 10
     """The validation loss is taken every this many steps, and at the last."""
     warmup_steps: int = 2
     """The first steps, whose time holds compilation: each counts as the run's median step on its clock."""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     """Each seed gives the initial weights and the batch order, the same for every arm."""
-    sweep_lrs: list[float] = field(default_factory=lambda: [0.004, 0.008])
+    sweep_lrs: list[float] = field(default_factory=lambda: [0.001, 0.002, 0.004])
     """The reference's sweep, with the first seed: each learning rate (train.min_lr keeps its ratio to train.lr)..."""
     sweep_warmup_steps: list[int] = field(default_factory=lambda: [10])
-    """...with each warm-up length; the point with the lowest loss at reference_s trains on every seed."""
+    """...with each warm-up length; the point with the lowest loss at budget_fraction of its training time trains on
+    every seed."""
     alpha: float = 0.05
-    """The one-sided t-test's level: an arm reaches the target where its mean loss at reference_s is below it at
+    """The one-sided t-test's level: an arm reaches the target where its mean loss at the budget is below it at
     this level."""
     variants: dict[str, RunSettings] = field(default_factory=dict)
     """name: the knobs it changes on the reference, written as that change alone (params.yaml puts it on the
     reference's knobs before they are read); one `ttl@<name>` stage each."""
 
     def __post_init__(self) -> None:
-        check(self.reference_s > 0, "ttl.reference_s", self.reference_s, "a positive number of seconds")
+        check(0 < self.budget_fraction <= 1, "ttl.budget_fraction", self.budget_fraction,
+              "a share of the reference's training time in (0, 1], e.g. 0.75")
         check(self.steps >= 2, "ttl.steps", self.steps, "2 or more")
         check(1 <= self.eval_every <= self.steps, "ttl.eval_every", self.eval_every, f"between 1 and ttl.steps={self.steps}")
         check(1 <= self.warmup_steps < self.steps, "ttl.warmup_steps", self.warmup_steps,
