@@ -1,12 +1,15 @@
 """The time-to-loss track (benchlab/run/ttl.py, benchlab/analysis/ttl.py, stages/ttl.py): the clock, the target,
 the arms' verdicts, and the params that set them."""
 
+import json
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from benchlab.analysis import ttl as judge
 from benchlab.analysis.ttl_report import report, tracks_table
@@ -184,3 +187,40 @@ def test_ttl_variants_are_changes_to_the_reference() -> None:
 def test_eval_steps_are_every_eval_every_and_the_last() -> None:
     assert ttl_params(steps=7, eval_every=3).ttl.eval_steps() == [3, 6, 7]
     assert ttl_params(steps=6, eval_every=3).ttl.eval_steps() == [3, 6]
+
+
+def test_the_stages_carry_the_references_budget_in_seconds_to_every_variant(
+        workdir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ttl_reference records reference_s, ttl.budget_fraction of its runs' mean training time, and scores its sweep
+    at that share of each point's own time; ttl@<variant> judges its loss at the recorded seconds, and refuses a
+    record made with another budget_fraction. The runs are stand-ins with known curves."""
+    from stages import ttl as stage
+
+    def stand_in(p: Params, settings: object, data: object, device: object, seed: int, label: object) -> dict:
+        slow = 2.0 if seed == 3 else 1.0  # seed 3's machine was twice as loaded: the budget is the mean
+        losses = [5.0, 4.0, 3.0, 2.0] if p.train.lr == 0.002 else [5.0, 4.5, 4.0, 3.5]
+        if getattr(settings, "optimizer") == "muon":  # fewer steps to a loss, each 1.5 times as long
+            losses, slow = [4.0, 3.0, 2.0, 1.0], 1.5 * slow
+        return {**curve(losses, times=[slow * t for t in (1.0, 2.0, 3.0, 4.0)]), "seed": seed, "message": "",
+                "eval_s": 0.1, "warmup_excess_s": 0.0, "step_ms_median": 10.0, "tokens_per_sec": 100.0}
+
+    monkeypatch.setattr(stage, "run_curve", stand_in)
+    monkeypatch.setattr(stage, "load_tokens", lambda path: None)
+    monkeypatch.setattr(stage.locks, "device_lock", lambda *args: nullcontext())
+    params = micro_params(device="cpu", ttl__sweep_lrs=[0.001, 0.002], ttl__budget_fraction=0.6)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    stage.main(["--reference", "prep", "records", "curves"])
+    ref = json.loads((workdir / "records" / f"{judge.REFERENCE_NAME}.json").read_text())
+    # Sweep on seed 1 (4 s each): scored at 0.6 x 4 s = 2.4 s, where lr 0.002 is at 3.6 and lr 0.001 at 4.3.
+    assert [pt["loss_at_budget"] for pt in ref["sweep"]] == pytest.approx([4.3, 3.6]) and ref["lr"] == 0.002
+    # Seeds 1 and 2 end at 4 s, seed 3 at 8 s: the budget is 0.6 x 16/3 s = 3.2 s, not a number from params.
+    assert ref["reference_s"] == pytest.approx(3.2) and ref["budget_fraction"] == 0.6
+    assert ref["target_loss"] == pytest.approx((2.8 + 2.8 + 4.4) / 3)
+    stage.main(["--variant", "muon", "prep", "records", "curves"])
+    muon = json.loads((workdir / "records" / "muon.json").read_text())
+    # At the recorded 3.2 s, not at 0.6 of the variant's own time (4.8 s).
+    assert muon["loss_at_budget_seeds"] == pytest.approx([3.0 - 0.2 / 1.5, 3.0 - 0.2 / 1.5, 4.0 - 0.2 / 3.0])
+    assert muon["time_to_target_s_seeds"] == [3.0, 3.0, 6.0] and muon["at_target_by_first_eval_seeds"] == 0
+    (workdir / "params.yaml").write_text(yaml.safe_dump({**params, "ttl": {**params["ttl"], "budget_fraction": 0.7}}))
+    with pytest.raises(LabError, match=r"made with other params \(budget_fraction\)"):
+        stage.main(["--variant", "muon", "prep", "records", "curves"])
