@@ -56,6 +56,16 @@ def knob_default(value: Any) -> str:
     return str(value)
 
 
+def math_mark(name: str, changes: bool | tuple) -> str:
+    """What the doc cell opens with for a knob that changes the optimization (parity does not judge it; the
+    time-to-loss track does): every value but the default, or the values named."""
+    if changes is True:
+        return "**changes the math** (time-to-loss track, not parity): "
+    if changes:
+        return f"**{' and '.join(f'{name}={v}' for v in changes)} changes the math** (time-to-loss track, not parity): "
+    return ""
+
+
 def knobs_table() -> str:
     """One row per field of RunSettings: values, default, what it does, where apply applies it (numbered by the
     place of its step in benchlab.core.knobs.STEPS), where it is skipped."""
@@ -66,7 +76,7 @@ def knobs_table() -> str:
         skip = f.metadata["skip"]
         where = " ".join((skip.__doc__ or "").split()) if skip else "runs everywhere"
         rows.append(f"| `{f.name}` | {knob_values(hints[f.name])} | `{knob_default(f.default)}` | "
-                    f"{f.metadata['doc']} | {applied_at(f)} | {where} |")
+                    f"{math_mark(f.name, f.metadata['changes_math'])}{f.metadata['doc']} | {applied_at(f)} | {where} |")
     return "\n".join(rows)
 
 

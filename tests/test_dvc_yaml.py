@@ -50,8 +50,9 @@ def job_folder(module: str) -> str:
 
 def test_every_stage_lists_exactly_the_folders_it_imports_from() -> None:
     stages = {**yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"],
-              **yaml.safe_load((ROOT / "search/dvc.yaml").read_text())["stages"]}
-    assert "search" in stages and "bench" in stages
+              **yaml.safe_load((ROOT / "search/dvc.yaml").read_text())["stages"],
+              **yaml.safe_load((ROOT / "ttl/dvc.yaml").read_text())["stages"]}
+    assert "search" in stages and "bench" in stages and "ttl_reference" in stages and "ttl" in stages
     for name, stage in stages.items():
         body = stage.get("do", stage)
         module = body["cmd"].split("python -m ")[1].split()[0]

@@ -68,7 +68,7 @@ def test_failed_and_skipped_variants_get_no_figures() -> None:
     table = markdown(rows, {"env.gpu": "NVIDIA H200"})
     assert "| fp16 " in table and "needs a CUDA GPU" in table and "oom" in table
     assert "NVIDIA H200" in table.splitlines()[0]
-    assert to_csv(rows).splitlines()[0].startswith("variant,status,tokens_per_sec")
+    assert to_csv(rows).splitlines()[0].startswith("variant,status,track,tokens_per_sec")
 
 
 def test_results_from_two_machines_are_refused_unless_allowed() -> None:
@@ -414,15 +414,15 @@ def test_markdown_and_csv_read_exactly() -> None:
     table = markdown(rows, {"env.gpu": "NVIDIA H200", "env.driver": None, "env.cuda": "13.0"})
     assert table == (
         "Measured on gpu: NVIDIA H200, cuda: 13.0.\n\n"
-        "| variant       | status   |   tokens/s |   speedup |   peak alloc MiB |   memory vs base % |   val loss |\n"
-        "|---------------|----------|------------|-----------|------------------|--------------------|------------|\n"
-        "| fp32_baseline | ok       |      1,000 |         1 |              100 |                0   |          5 |\n"
-        "| fast          | ok       |      2,000 |         2 |               50 |              -49.5 |          5 |\n"
+        "| variant       | status   | track        |   tokens/s |   speedup |   peak alloc MiB |   memory vs base % |   val loss |\n"
+        "|---------------|----------|--------------|------------|-----------|------------------|--------------------|------------|\n"
+        "| fp32_baseline | ok       | systems-only |      1,000 |         1 |              100 |                0   |          5 |\n"
+        "| fast          | ok       | systems-only |      2,000 |         2 |               50 |              -49.5 |          5 |\n"
     )
     header, base, fast = to_csv(rows).split("\n")[:3]
-    assert header.split(",")[:3] == ["variant", "status", "tokens_per_sec"] and len(header.split(",")) == 33
-    assert base == "fp32_baseline,ok,1000.0,,,,,,,1.0,,,,,,,100.0,,,0.0,,,,5.0,,,,,,,,,fp32_baseline"
-    assert fast.startswith("fast,ok,2000.0,") and "\r" not in to_csv(rows)
+    assert header.split(",")[:4] == ["variant", "status", "track", "tokens_per_sec"] and len(header.split(",")) == 34
+    assert base == "fp32_baseline,ok,systems-only,1000.0,,,,,,,1.0,,,,,,,100.0,,,0.0,,,,5.0,,,,,,,,,fp32_baseline"
+    assert fast.startswith("fast,ok,systems-only,2000.0,") and "\r" not in to_csv(rows)
     assert to_csv([{**rows[0], "not_a_column": 1}]).count("\n") == 2  # extra keys are left out, not an error
 
 

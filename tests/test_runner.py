@@ -15,7 +15,8 @@ from benchlab.core.params import Params, RunSettings
 from benchlab.run import harness, power, runner
 from benchlab.run.apply_knobs import apply
 from benchlab.run.data import BatchStream
-from benchlab.run.runner import LossReader, RunRecord, lr_at, skipped_steps, train_once
+from benchlab.run.runner import LossReader, RunRecord, skipped_steps, train_once
+from benchlab.run.schedule import lr_at
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
@@ -58,7 +59,7 @@ def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, 
     assert events.count("memory") == 3 and events[events.index("meter") + 2] == "memory"  # after each timed step
     assert rec.mem_growth_mb == 7.5  # the last timed step's reading less the first's
     assert len(hooks) == 5 and len(rec.step_ms) == 5 and rec.first_step_ms == rec.step_ms[0]
-    assert rec.lrs == [lr_at(s, 5, p) for s in range(5)]
+    assert rec.lrs == [lr_at(s, 5, p.train, RunSettings(grad_accum=2)) for s in range(5)]
     assert rec.warmup_steps == 2 and rec.status == "ok" and rec.val_loss is not None
 
 
@@ -196,10 +197,10 @@ def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
 
 def test_the_learning_rate_warms_up_then_decays_to_its_floor_at_the_last_step(params: Params) -> None:
     p = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=3))
-    assert [round(lr_at(s, 5, p), 6) for s in range(5)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0, 0.1]
+    assert [round(lr_at(s, 5, p.train, RunSettings()), 6) for s in range(5)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0, 0.1]
     # A warm-up not shorter than the run is cut to end one step before its end: that step alone is at train.lr.
     long = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=10))
-    assert [round(lr_at(s, 4, long), 6) for s in range(4)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0]
+    assert [round(lr_at(s, 4, long.train, RunSettings()), 6) for s in range(4)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0]
 
 
 class Recorder:

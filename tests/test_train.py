@@ -9,7 +9,8 @@ import torch
 from benchlab.core.params import Params, RunSettings, parse_params
 from benchlab.core.sections import TrainParams
 from benchlab.run.apply_knobs import apply
-from benchlab.run.runner import lr_at, train_once, train_step
+from benchlab.run.runner import train_once, train_step
+from benchlab.run.schedule import lr_at
 from model.gpt import GPT, GPTConfig
 from tests.conftest import micro_params
 
@@ -97,7 +98,7 @@ def test_out_of_memory_becomes_a_status(params: Params, tokens, monkeypatch: pyt
 
 def test_learning_rate_warms_up_then_decays_to_the_floor(params: Params) -> None:
     p = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=4))
-    lrs = [lr_at(s, 20, p) for s in range(20)]
+    lrs = [lr_at(s, 20, p.train, p.run) for s in range(20)]
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert lrs[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
 

@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from benchlab.core import record, stats
-from benchlab.core.knobs import KNOBS, knobs_in_group
+from benchlab.core.knobs import KNOBS, changes_math, knobs_in_group
 from benchlab.core.record import Result, compared_memory
 from benchlab.core.sections import AggregateParams
 
@@ -25,6 +25,7 @@ PARALLEL_KNOBS = knobs_in_group("parallel")  # how a run is spread over processe
 COLUMNS: list[tuple[str, str, str]] = [
     ("variant", "variant", "s"),
     ("status", "status", "s"),
+    ("track", "track", "s"),
     ("tokens/s", "tokens_per_sec", ",.0f"),
     ("ranks", "world_size", "d"),
     ("tokens/s per GPU", "tokens_per_sec_per_gpu", ",.0f"),
@@ -91,6 +92,7 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         row = {k: r.get(k) for _, k, _ in COLUMNS if k in r}
         row.update({"variant": r["variant"], "status": r["status"], "notes": r.get("message", ""),
                     "settings": {k: r.get(k) for k in KNOBS}, "repeats": r.get("repeats")})
+        row["track"] = track(row["settings"])
         ci = _ci(r)
         row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["tokens_per_sec_pi95_low"], row["tokens_per_sec_pi95_high"] = ci or (None, None)  # plots' whiskers
@@ -105,6 +107,13 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         row.update(scaling(r, results))
         rows.append(row)
     return rows
+
+
+def track(settings: dict[str, Any]) -> str:
+    """systems-only (the same math, faster: this table's track), or the knobs that change the optimization, whose
+    track is time to a target loss (ttl/dvc.yaml); a record without a knob's key predates it, which changed nothing."""
+    changes = [f"{k}={v}" for k, v in settings.items() if v is not None and changes_math(k, v)]
+    return f"changes the optimization: {', '.join(changes)}" if changes else "systems-only"
 
 
 def compare(r: dict[str, Any], base: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ ParamDtype = Literal["fp32", "bf16"]
 WeightDtype = Literal["fp32", "bf16"]
 CommHook = Literal["none", "bf16"]
 Float8 = Literal["none", "blocks", "head", "all"]
+Schedule = Literal["cosine", "wsd"]
 # What a knob is about: summary.PARALLEL_KNOBS (how a run is spread over processes) is the "parallel" group's.
 Group = Literal["precision", "kernels", "memory", "loss", "optimizer", "compile", "batch", "parallel"]
 
@@ -43,7 +44,7 @@ _DEFAULT = object()  # knob()'s `unoptimized` when not given: the default
 
 
 def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None, *, group: Group,
-         searched: bool = True, unoptimized: Any = _DEFAULT) -> Any:
+         searched: bool = True, unoptimized: Any = _DEFAULT, changes_math: bool | tuple = False) -> Any:
     """One row of the knob table: a dataclass field with its documentation, where it is applied, its device check
     and what the analysis and the search read. `applied` maps steps of STEPS to what happens there, or is a place
     outside `apply` (unnumbered).
@@ -52,7 +53,9 @@ def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck 
     `searched`: whether the search (benchlab/search/) tries the knob's values; the batch and the process layout are
     a search's inputs, not its answers.
     `unoptimized`: the value a search for speed never moves the knob back to; by default `default`, the baseline's.
-    None: no value is slower by itself (grad_accum, which the search moves by its goal)."""
+    None: no value is slower by itself (grad_accum, which the search moves by its goal).
+    `changes_math`: the values that change the optimization itself, not only its speed (True: every value but the
+    default). Parity does not judge them and the search does not try them; the time-to-loss track (ttl/) does."""
     unknown = [s for s in applied if s not in STEPS] if isinstance(applied, dict) else []
     if unknown:  # a bug in this module, found on import
         raise ValueError(f"knob applied at unknown steps {unknown}; the steps: {', '.join(STEPS)}")
@@ -60,7 +63,7 @@ def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck 
         raise ValueError(f"knob group {group!r}; the groups: {', '.join(get_args(Group))}")
     return field(default=default, metadata={
         "doc": doc, "applied": applied, "skip": skip, "group": group, "searched": searched,
-        "unoptimized": default if unoptimized is _DEFAULT else unoptimized})
+        "unoptimized": default if unoptimized is _DEFAULT else unoptimized, "changes_math": changes_math})
 
 
 def applied_at(f: Field) -> str:
@@ -73,7 +76,7 @@ def applied_at(f: Field) -> str:
 
 # ---- the optimizer: its choices and each one's own rules (what a device needs: benchlab.core.skips.optimizer_skip)
 
-Optimizer = Literal["adamw", "adamw_fused", "adamw_compiled", "adamw_8bit", "adamw_bf16_sr"]
+Optimizer = Literal["adamw", "adamw_fused", "adamw_compiled", "adamw_8bit", "adamw_bf16_sr", "muon"]
 
 
 def _check_optimizer(where: str, s: "RunSettings") -> None:
@@ -88,6 +91,11 @@ def _check_optimizer(where: str, s: "RunSettings") -> None:
         check(s.parallel != "fsdp2", f"{where}parallel", s.parallel,
               "none or ddp with optimizer=adamw_compiled (the compiled update is not wired for fsdp2's sharded "
               "gradients; or set optimizer=adamw)")
+    if s.optimizer == "muon":
+        check(s.precision != "fp16", f"{where}precision", s.precision, "fp32, tf32 or bf16 with optimizer=muon (fp16's "
+              "GradScaler steps one torch optimizer; muon is two)")
+        check(s.parallel != "fsdp2", f"{where}parallel", s.parallel, "none or ddp with optimizer=muon (its "
+              "Newton-Schulz step needs each whole matrix; fsdp2 holds shards)")
     check(s.optimizer != "adamw_bf16_sr" or s.weight_dtype == "bf16", f"{where}weight_dtype", s.weight_dtype,
           "bf16 with optimizer=adamw_bf16_sr (it rounds each update stochastically into bf16 weights; or set "
           "optimizer=adamw)")
@@ -144,9 +152,19 @@ class RunSettings:
         "so the host no longer launches them one by one); adamw_8bit: torchao's AdamW8bit (block-wise quantized "
         "moments, a quarter of the memory); adamw_bf16_sr: torchao's AdamW with stochastic rounding into bf16 "
         "weights (with weight_dtype=bf16: each weight rounds up or down with odds that make the update right on "
-        "average), its per-parameter step run over every parameter in one compiled call (benchlab/run/adamw_bf16_sr.py)",
+        "average), its per-parameter step run over every parameter in one compiled call (benchlab/run/adamw_bf16_sr.py); "
+        "muon: torch.optim.Muon on the blocks' matrices, its momentum warmed up from 0.85 to 0.95 over 300 steps, AdamW "
+        "(for-loop) on the rest (benchlab/run/muon.py)",
         {"optimizer": "the optimizer; adamw_compiled: the training step calls the compiled update"},
-        skips.optimizer_skip, group="optimizer")
+        skips.optimizer_skip, group="optimizer", changes_math=("muon",))
+    schedule: Schedule = knob(
+        "cosine", "the learning rate after its linear warm-up (train.lr_warmup_steps): cosine to train.min_lr at "
+        "the last step; wsd (warmup-stable-decay): train.lr until the last cooldown_fraction of the steps, then "
+        "linear to train.min_lr", "the training step's learning rate (benchlab/run/schedule.py)",
+        group="optimizer", searched=False, changes_math=True)
+    cooldown_fraction: float = knob(
+        0.2, "schedule=wsd: the share of the steps over which the learning rate decays", "the training step's "
+        "learning rate", group="optimizer", searched=False, changes_math=True)
     fused_clip: bool = knob(
         False, "gradient clipping inside fused AdamW's kernel (with optimizer=adamw_fused): the global norm's "
         "clipping factor is handed to the kernel as its grad_scale, which divides each gradient as it reads it, so "
@@ -234,6 +252,17 @@ def unoptimized(name: str) -> Any:
     return _FIELDS[name].metadata["unoptimized"]
 
 
+def changes_math(name: str, value: Any) -> bool:
+    """Whether this value of a knob changes the optimization itself (knob()'s `changes_math`)."""
+    declared = _FIELDS[name].metadata["changes_math"]
+    return value != _FIELDS[name].default and (declared is True or value in (declared or ()))
+
+
+def math_changes(settings: RunSettings) -> list[str]:
+    """The knob=value settings that change the optimization, in the table's order: empty for a systems-only run."""
+    return [f"{k}={getattr(settings, k)}" for k in KNOBS if changes_math(k, getattr(settings, k))]
+
+
 def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None:
     """Why these settings cannot run on this device, or None when they can: the first knob that says so."""
     for f in fields(RunSettings):
@@ -288,6 +317,9 @@ def check_combination(where: str, s: RunSettings, batch: int) -> None:
           f"none or ddp with weight_dtype={s.weight_dtype} (under fsdp2, fsdp_param_dtype=bf16 gathers bf16 copies "
           "of fp32 shards)")
     _check_optimizer(where, s)
+    check(0 < s.cooldown_fraction <= 1, f"{where}cooldown_fraction", s.cooldown_fraction, "a fraction in (0, 1]")
+    check(s.schedule == "wsd" or s.cooldown_fraction == RunSettings.cooldown_fraction, f"{where}schedule",
+          s.schedule, "wsd when cooldown_fraction is set")
     check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
           "chunked when loss_chunk_tokens is set")

@@ -16,7 +16,7 @@ import yaml
 
 from benchlab.core import presets
 from benchlab.core.errors import LabError, cut, shown
-from benchlab.core.knobs import KNOBS, RunSettings, check_combination
+from benchlab.core.knobs import KNOBS, RunSettings, check_combination, math_changes
 from benchlab.core.old_names import REPLACED_KNOBS, old_knob_error
 from benchlab.core.sections import (
     DEFAULT_FALLBACKS,
@@ -30,8 +30,10 @@ from benchlab.core.sections import (
     EvalParams,
     ParityParams,
     ProfileParams,
+    PythonCorpusParams,
     SearchParams,
     TrainParams,
+    TtlParams,
     check,
 )
 
@@ -57,6 +59,8 @@ class Params:
     profile: ProfileParams = field(default_factory=ProfileParams)
     parity: ParityParams = field(default_factory=ParityParams)
     search: SearchParams = field(default_factory=SearchParams)
+    ttl: TtlParams = field(default_factory=TtlParams)
+    python_corpus: PythonCorpusParams = field(default_factory=PythonCorpusParams)
     preset: str = "cpu"
     """The preset whose values replaced params.yaml's own (benchlab.core.presets); cpu: none replaced."""
 
@@ -83,8 +87,18 @@ class Params:
             check(name in self.variants, key, name, ", ".join(self.variants) or "(no variants)")
             check(self.variants[name].parallel == "none", key, name,
                    "a one-process variant (parity trains in one process; run a parallel variant's one-process counterpart)")
-        for where, settings in [("", self.run), *((f"variants.{n}.", s) for n, s in self.variants.items())]:
+        for key, name in [*parity, *(("parity.variants", n) for n in self.parity.variants)]:
+            changes = ", ".join(math_changes(self.variants[name]))
+            check(not changes, key, name, f"a variant of the same math: {name} sets {changes}, which changes the "
+                  "optimization, so parity (does it learn what the reference learns, step for step) cannot judge it; "
+                  "put it in ttl.variants (time to a target loss)")
+        if self.ttl.variants and self.ttl.reference != TtlParams.reference:
+            check(self.ttl.reference in self.variants, "ttl.reference", self.ttl.reference, ", ".join(self.variants))
+        for where, settings in [("", self.run), *((f"variants.{n}.", s) for n, s in self.variants.items()),
+                                *((f"ttl.variants.{n}.", s) for n, s in self.ttl.variants.items())]:
             check_combination(where, settings, self.batch_size(settings))
+            check(settings.parallel == "none" or not where.startswith("ttl."), f"{where}parallel", settings.parallel,
+                  "none (the time-to-loss track trains in one process)")
 
     def batch_size(self, settings: RunSettings) -> int:
         """Sequences per optimizer step under these settings."""
@@ -208,8 +222,27 @@ def _parse_resolved(data: dict, preset: str) -> Params:
             valid = ", ".join(sorted(sections | {"preset", "presets"} | set(KNOBS) - {"batch_size"}))
             raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
     hints = get_type_hints(Params)
+    rest = _ttl_on_reference(rest)
     kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
     return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
+
+
+def _ttl_on_reference(data: dict) -> dict:
+    """ttl.variants as written are changes to the reference's knobs (`ttl.reference`): each is put on them here,
+    before the knobs are read, so each reads as a whole `RunSettings` and a bad value is named under ttl.variants."""
+    ttl = data.get("ttl")
+    if not isinstance(ttl, dict) or not isinstance(ttl.get("variants"), dict):
+        return data
+    reference = ttl.get("reference", TtlParams.reference)
+    base = (data.get("variants") or {}).get(reference) if isinstance(data.get("variants"), dict) else None
+    if not isinstance(base, dict) and reference == TtlParams.reference:  # the default, in a matrix without it:
+        return data  # only the ttl stages refuse it (stages/ttl.py), as the search does search.start
+    if ttl["variants"] and not isinstance(base, dict):
+        raise LabError(f"ttl.reference={shown(reference)} is not valid; expected one of the variants: "
+                       f"{', '.join(data.get('variants') or {}) or '(none)'}")
+    merged = {name: {**base, **(changes or {})} if isinstance(changes, dict) or changes is None else changes
+              for name, changes in ttl["variants"].items()}
+    return {**data, "ttl": {**ttl, "variants": merged}}
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -108,3 +108,32 @@ def separated(a: tuple[float, float] | None, b: tuple[float, float] | None) -> b
     if a is None or b is None:
         return None
     return a[1] < b[0] or b[1] < a[0]
+
+
+def t_cdf(t: float, df: int) -> float:
+    """Student's t distribution function at `t` with `df` (a positive integer) degrees of freedom, in closed form
+    (Abramowitz and Stegun 26.7.3 for odd df, 26.7.4 for even): with theta = atan(t / sqrt(df)), the probability
+    of |T| <= t is a finite series in sin(theta) and cos(theta)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    series, term = 0.0, math.cos(theta) if df % 2 else 1.0
+    for k in range(df % 2, df - 1, 2):  # odd df: cos + (2/3)cos^3 + ...; even: 1 + (1/2)cos^2 + (1*3)/(2*4)cos^4 + ...
+        series += term
+        term *= c2 * (k + 1) / (k + 2)
+    inside = 2 / math.pi * (theta + math.sin(theta) * series) if df % 2 else math.sin(theta) * series
+    return 0.5 + 0.5 * inside
+
+
+def one_sided_below(values: list[float], level: float) -> tuple[float, float]:
+    """The one-sided one-sample t-test that the mean of `values` is below `level` (the speedrun's rule for a
+    record): the t statistic and its p-value, P(T <= t) with n - 1 degrees of freedom. Needs two values or more;
+    values all equal give t = -inf or +inf (p 0 or 1), or nan (p nan) at the level itself."""
+    n = len(values)
+    if n < 2:
+        raise ValueError("one_sided_below() needs at least two values")
+    a = np.asarray(values, dtype=np.float64)
+    gap, sd = float(a.mean()) - level, float(a.std(ddof=1))
+    if sd == 0.0:
+        return (math.copysign(math.inf, gap), 0.0 if gap < 0 else 1.0) if gap else (math.nan, math.nan)
+    t = gap / (sd / math.sqrt(n))
+    return t, t_cdf(t, n - 1)

@@ -105,7 +105,8 @@ def rng_replay(settings: RunSettings) -> None:
 
 
 def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
-    """AdamW with decay on matrices only (as GPT-2 trainers do), the implementation `settings.optimizer` names.
+    """AdamW with decay on matrices only (as GPT-2 trainers do), the implementation `settings.optimizer` names (or
+    muon: Muon on the blocks' matrices, AdamW on the rest).
     torchao's optimizers and the compiled update keep the learning rate as a tensor, which `set_lr` fills."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
@@ -133,6 +134,10 @@ def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) 
             )
 
             return OneCallAdamW(groups, lr=train.lr, betas=betas)
+        case "muon":  # not an AdamW: it changes the optimization (the knob table says so)
+            from benchlab.run.muon import MuonAdamW
+
+            return MuonAdamW(model, train.lr, train.weight_decay)  # type: ignore[return-value]
     raise LabError(f"optimizer={settings.optimizer!r} is not one this lab makes")  # params.yaml's check refuses it
 
 

@@ -34,6 +34,7 @@ from benchlab.run import dist, harness, power
 from benchlab.run.apply_knobs import TrainingRun, apply, set_lr
 from benchlab.run.build_model import fresh_model
 from benchlab.run.data import BatchStream, TokenData, check_fits, eval_batches
+from benchlab.run.schedule import lr_at
 
 
 class Diverged(Exception):
@@ -68,6 +69,8 @@ class RunRecord:
     skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
     diverged_step: int | None = None
     val_loss: float | None = None
+    # [steps done, validation loss, seconds it took] at each of train_once's `eval_steps`, off the step clock
+    val_curve: list[list[float]] = field(default_factory=list)
     neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
     world_size: int = 1  # ranks that trained together; the figures above are combined over them
     rank_peak_mb: list[float] = field(default_factory=list)  # each rank's peak memory (allocated on CUDA, else RSS)
@@ -93,15 +96,6 @@ class RunRecord:
     @classmethod
     def from_json(cls, text: str) -> "RunRecord":
         return cls(**json.loads(text))
-
-
-def lr_at(step: int, total: int, p: Params) -> float:
-    """Linear warm-up to train.lr, then cosine decay to train.min_lr at the last step."""
-    warm = min(p.train.lr_warmup_steps, total - 1)
-    if step < warm:
-        return p.train.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, total - 1 - warm)
-    return p.train.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (p.train.lr - p.train.min_lr)
 
 
 def train_step(run: TrainingRun, x: torch.Tensor, y: torch.Tensor, grad_clip: float, micro_batches: int = 1) -> torch.Tensor:
@@ -194,7 +188,7 @@ def rank_slice(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) 
 
 def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
           progress: str | None, on_step: Callable[[], None] | None, data_seed: int,
-          meter: power.EnergyMeter) -> None:
+          meter: power.EnergyMeter, eval_steps: frozenset[int] = frozenset()) -> None:
     device = run.device
     settings = run.settings
     stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, data_seed)
@@ -215,7 +209,7 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             neighbours.start()
             t_window = time.perf_counter()
             meter.start()
-        lr = lr_at(step, steps, p)
+        lr = lr_at(step, steps, p.train, settings)
         set_lr(run.optimizer, lr)
         x, y = to_device(rank_slice(stream.next(), rank, world), device)
         clock.start()
@@ -229,6 +223,10 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             held.append(harness.current_mb(device))
         if on_step is not None:
             on_step()
+        if step + 1 in eval_steps:  # after the step clock stopped: evaluation is never timed as training
+            began = time.perf_counter()
+            rec.val_curve.append([step + 1, evaluate(run.model, p, data, device, run.autocast()),
+                                  time.perf_counter() - began])
     reader.flush()
     harness.sync(device)
     rec.window_wall_ms = (time.perf_counter() - t_window) * 1000.0
@@ -259,7 +257,8 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
 def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.device, steps: int, warmup: int,
                keep_model: bool = False, progress: str | None = None,
                on_step: Callable[[], None] | None = None, keep_going: bool = False,
-               data_seed: int | None = None, memory_cap_gib: float | None = None) -> RunRecord:
+               data_seed: int | None = None, memory_cap_gib: float | None = None,
+               eval_steps: frozenset[int] = frozenset()) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
 
     The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
@@ -268,7 +267,8 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     memory at which the run stopped.
 
     `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
-    `keep_going` records a library error as status `error` instead of raising it (the matrix's variants).
+    `keep_going` records a library error as status `error` instead of raising it (the matrix's variants);
+    after each step done in `eval_steps` but the last the validation loss goes into `val_curve` (the last: val_loss).
     """
     rec = RunRecord(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
     if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
@@ -288,7 +288,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
         rec.apply_s = rec.setup_s - rec.init_s
         with power.EnergyMeter(run.device) as meter:  # closed however the loop ends (a sampling thread, NVML)
             seed = p.seed if data_seed is None else data_seed
-            _loop(run, p, data, steps, warmup, rec, progress, on_step, seed, meter)
+            _loop(run, p, data, steps, warmup, rec, progress, on_step, seed, meter, eval_steps - {steps})
         began = time.perf_counter()
         rec.val_loss = evaluate(run.model, p, data, device, run.autocast())
         rec.eval_s = time.perf_counter() - began

@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from benchlab.core.errors import LabError
-from benchlab.core.knobs import KNOBS, RunSettings, check_combination, searched, unoptimized, unsupported_reason
+from benchlab.core.knobs import (KNOBS, RunSettings, changes_math, check_combination, searched, unoptimized,
+                                 unsupported_reason)
 from benchlab.core.skips import DeviceFacts
 
 MICRO_BATCH_SPLITS = (2, 4, 8)  # grad_accum values a search for memory tries (each must divide the batch)
@@ -45,11 +46,13 @@ def _word(value: Any) -> str:
 
 
 def choices(knob: str) -> tuple[Any, ...]:
-    """Every value the knob table allows for a knob with a closed set of choices: a Literal's, or a bool's."""
+    """Every value the knob table allows for a knob with a closed set of choices (a Literal's, or a bool's), but
+    those that change the math: the search asks for the same math, faster or leaner (parity judges its answers)."""
     hint = typing.get_type_hints(RunSettings)[knob]
     if hint is bool:
         return (False, True)
-    return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
+    values = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
+    return tuple(v for v in values if not changes_math(knob, v))
 
 
 def space(batch: int) -> dict[str, tuple[Any, ...]]:
