@@ -5,7 +5,7 @@ import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before
 
 import argparse
 
-from benchlab.core.files import remove_outputs, write_json
+from benchlab.core.files import claim_outputs, commit_outputs, write_json
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 from benchlab.prep.python_corpus import generate
@@ -17,9 +17,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("record", help="what it holds, as JSON")
     args = ap.parse_args(argv)
     p = load_params()
-    remove_outputs(args.corpus, args.record)
+    claim_outputs(args.corpus, args.record)
     out = generate(args.corpus, p.python_corpus.bytes, p.data.text_field)
     write_json(args.record, out)
+    commit_outputs()
     print(f"python_corpus: {out['documents']} documents, {out['text_bytes']:,} bytes of text from Python "
           f"{out['python']}, sha256 {out['sha256'][:12]}")
 

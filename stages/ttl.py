@@ -21,7 +21,7 @@ from benchlab.analysis import ttl as judge
 from benchlab.analysis.ttl import REFERENCE_NAME
 from benchlab.core import locks
 from benchlab.core.errors import LabError, shown
-from benchlab.core.files import flat, remove_outputs, write_json, write_text
+from benchlab.core.files import flat, claim_outputs, commit_outputs, write_json, write_text
 from benchlab.core.knobs import KNOBS, RunSettings, math_changes
 from benchlab.core.params import Params, load_params
 from benchlab.core.stage_main import run_main
@@ -153,13 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     if not is_ref and name not in p.ttl.variants:
         raise LabError(f"variant {shown(name)} is not in ttl.variants; valid: {', '.join(p.ttl.variants) or '(none)'}")
     record, curve = Path(args.record_dir) / f"{name}.json", Path(args.curve_dir) / f"{name}.csv"
-    remove_outputs(record, curve)
+    claim_outputs(record, curve)
     ref = None if is_ref else read_reference(Path(args.record_dir) / f"{REFERENCE_NAME}.json", p)
     data, device = load_tokens(args.data_dir), resolve_device(p.device)
     with locks.device_lock(device, p.bench.lock, f"ttl@{name}"):
         out, runs = reference(p, data, device) if ref is None else variant(p, name, ref, data, device)
     write_text(curve, curve_csv(runs))
     write_json(record, {**settings_record(p), **out, **flat("env", environment()), **provenance()})
+    commit_outputs()
     time = out.get("time_to_target_s_mean")
     print(f"ttl@{name}: target {out.get('target_loss') or '-'}; time to it "
           + (f"{time:.1f} s" if time is not None else out.get("time_to_target", "-")) + f"; {out['verdict']}")

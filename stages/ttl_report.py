@@ -11,7 +11,7 @@ from pathlib import Path
 from benchlab.analysis.ttl import REFERENCE_NAME
 from benchlab.analysis.ttl_report import plot_curves, report
 from benchlab.core.errors import LabError
-from benchlab.core.files import remove_outputs, write_json, write_text
+from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(name, type=Path)
     args = ap.parse_args(argv)
     p = load_params()
-    remove_outputs(args.report_md, args.plot_png, args.metrics_json)
+    claim_outputs(args.report_md, args.plot_png, args.metrics_json)
     names = [REFERENCE_NAME, *p.ttl.variants]
     missing = [n for n in names if not (args.record_dir / f"{n}.json").is_file()]
     if missing:
@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> None:
     ref, *variants = [json.loads((args.record_dir / f"{n}.json").read_text()) for n in names]
     plot_curves([ref, *variants], ref.get("target_loss"), ref.get("reference_s"), args.plot_png)
     link = Path(os.path.relpath(args.plot_png, args.report_md.parent)).as_posix()
-    write_text(args.report_md, report(ref, variants, link))
+    page = report(ref, variants, link)
+    write_text(args.report_md, page)
     write_json(args.metrics_json, {f"{r['arm']}.{k}": r.get(k) for r in (ref, *variants) for k in METRICS
                                    if isinstance(r.get(k), (int, float))})
-    print(args.report_md.read_text())
+    commit_outputs()
+    print(page)
 
 
 if __name__ == "__main__":

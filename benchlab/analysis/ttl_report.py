@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on a server or in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchlab.analysis.plots import save_png  # noqa: E402
+
 DASH = "–"
 # Why parity leaves a row to this track: what it asks cannot be asked of a change to the math.
 PARITY_WHY = ("Parity asks whether a variant learns what the reference learns, step for step; a knob that changes the "
@@ -93,9 +95,7 @@ def plot_curves(arms: list[dict[str, Any]], target: float | None, budget_s: floa
     ax.set_xlabel("training time (s; compilation and evaluation off the clock)")
     ax.set_ylabel("validation loss (nats)")
     ax.legend()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    save_png(fig, png)  # written whole or not at all, and only into place when the stage succeeds
 
 
 def report(ref: dict[str, Any], variants: list[dict[str, Any]], png_link: str) -> str:
