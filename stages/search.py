@@ -44,7 +44,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)  # a CPU's screening run: fewer steps
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    runs.use_compile_cache()
     p = load_params()
     if args.worker:
         runs.serve(p, args.data_dir)
