@@ -99,4 +99,4 @@ def write_outputs(result: dict, journal: Journal, limits: strategy.Limits, out: 
 if __name__ == "__main__":
     run_main(main)
     if "--record-to" in sys.argv:  # the fresh-process run succeeded (every failure exits inside run_main)
-        launch.end_repeat_process()
+        launch.end_process()
