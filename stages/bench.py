@@ -16,7 +16,6 @@ import benchlab.core.parent_watch  # noqa: F401  first: arms the lifeline before
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from benchlab.core import locks
@@ -73,5 +72,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     run_main(main)
-    if "--record-to" in sys.argv:  # run_main returned: the repeat succeeded (every failure exits inside it)
-        launch.end_repeat_process()
+    launch.end_process()  # run_main returned: the stage or its repeat succeeded (every failure exits inside it)

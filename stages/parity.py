@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from benchlab.core import locks
-from benchlab.run import parity
+from benchlab.run import launch, parity
 from benchlab.core.params import load_params, variant_from
 from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
@@ -63,3 +63,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     run_main(main)
+    launch.end_process()  # run_main returned: the stage succeeded (every failure exits inside it)

@@ -74,3 +74,4 @@ def trace(p: Params, name: str, data_dir: str, out: Path) -> None:
 
 if __name__ == "__main__":
     run_main(main)
+    launch.end_process()  # run_main returned: the stage succeeded (every failure exits inside it)

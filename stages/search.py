@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)  # a CPU's screening run: fewer steps
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    runs.use_compile_cache()
     log = Path(args.summary).with_suffix(".log") if args.summary else os.environ.get(runs.LOG_ENV)
     if log:  # the libraries' messages: beside the summary (metrics/search.log); the processes it starts inherit it
         runs.libraries_to_log(log)
@@ -109,4 +108,4 @@ def write_outputs(result: dict, journal: Journal, limits: strategy.Limits, out: 
 if __name__ == "__main__":
     run_main(main)
     if "--record-to" in sys.argv:  # the fresh-process run succeeded (every failure exits inside run_main)
-        launch.end_repeat_process()
+        launch.end_process()

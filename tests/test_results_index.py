@@ -70,14 +70,30 @@ def test_every_relative_link_in_the_pages_points_to_a_file_in_the_tree() -> None
     assert not broken, "links to files that are not in the repository:\n" + "\n".join(broken)
 
 
-def test_every_results_path_the_readme_and_docs_name_exists() -> None:
-    named = {}
-    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+def missing_cited_folders(files: list[Path], results: Path) -> dict[str, str]:
+    """Each `results/<folder>` that one of `files` names but `results` lacks, with the first file naming it."""
+    gone: dict[str, str] = {}
+    for md in files:
         for name in CITED_FOLDER.findall(md.read_text(encoding="utf-8")):
-            named.setdefault(name, md.relative_to(ROOT).as_posix())
-    assert named, "the README and docs name no results folder"
-    gone = {n: page for n, page in named.items() if not (RESULTS / n).exists()}
-    assert not gone, f"results paths named but not in the tree: {gone}"
+            if not (results / name).exists():
+                gone.setdefault(name, md.name)
+    return gone
+
+
+def test_the_citation_check_finds_a_folder_that_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "results" / "kept").mkdir(parents=True)
+    report = tmp_path / "report.md"
+    report.write_text("as `results/kept/metrics` and results/gone-2/ show; not fresults/other or ../results/x\n")
+    assert missing_cited_folders([report], tmp_path / "results") == {"gone-2": "report.md"}
+
+
+def test_every_results_folder_the_readme_docs_and_committed_reports_cite_exists() -> None:
+    # A curation once removed folders that an issue's closing note cited (h200-capped); a page of the tree citing
+    # a folder keeps it, and results/README.md links every folder's report (above), so an indexed folder is cited.
+    committed = sorted(RESULTS.rglob("*.md"))
+    assert any(p.name == "report.md" for p in committed)
+    gone = missing_cited_folders([ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *committed], RESULTS)
+    assert not gone, f"results folders cited but not in the tree (folder: the first page citing it): {gone}"
 
 
 def test_no_source_cites_a_page_outside_the_repository() -> None:

@@ -1,12 +1,26 @@
 """The one place a stage's process turns a LabError, a stop or an exhausted machine into one line and an exit
-code, and removes what the stage wrote."""
+code, and removes what the stage wrote; and where its compiled graphs are kept."""
 
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from benchlab.core import files, locks, parent_watch
 from benchlab.core.errors import LabError, exhausted
+
+# inductor's and Triton's caches for every stage and each process it starts (a repeat, torchrun's ranks, the
+# search's runs), in the project (ignored by git and DVC): a graph one stage compiled, the next stage that builds it
+# loads (parity@recipe, bench@recipe and profile@recipe build one), and a fresh clone starts from an empty cache of
+# its own, not from whatever torch's default folder (the system's temp folder) holds from other checkouts.
+COMPILE_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "inductor"
+
+
+def use_compile_cache() -> None:
+    """Point inductor and Triton at COMPILE_CACHE, unless the environment already names a folder; the processes
+    this one starts inherit it. Before the first compilation."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
 
 
 def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
@@ -16,6 +30,7 @@ def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = 
     Exit codes: 2 for a LabError or an exhausted resource, 130 for Ctrl-C, 143 for SIGTERM or a dead parent.
     """
     files.forget_outputs()
+    use_compile_cache()
     try:
         parent_watch.start(files.discard_outputs)
         with locks.one_dvc_run():

@@ -147,11 +147,11 @@ def one_repeat(p: Params, name: str, data_dir: str, record_to: Path) -> None:
         record_to.write_text(rec.to_json())
 
 
-def end_repeat_process() -> None:
-    """A repeat's process ends as soon as its record is written. The interpreter's own teardown (inductor's
-    compile workers, the CUDA context) only kept the parent waiting: 1.5 to 2 s per repeat on a 2-core CPU,
-    2 to 7 s on an H200 (the `exit` part of each repeat's line). The record is written and closed, the
-    process group destroyed; only the standard streams are still buffered."""
+def end_process() -> None:
+    """A stage's process, or a repeat's, ends as soon as its outputs are written. The interpreter's own teardown
+    (inductor's compile workers, the CUDA context) only kept the parent, or DVC, waiting: 1.5 to 2 s per repeat on
+    a 2-core CPU, 2 to 7 s on an H200 (the `exit` part of each repeat's line). The outputs are written and closed,
+    the process group destroyed; only the standard streams are still buffered."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -8,8 +8,9 @@ graph (torch._dynamo.reset), collects and empties the allocator's cache, so a ca
 device and its peak is its own. What a fresh process would add is a clean allocator and compiler state,
 which the finalists get: **confirmation** repeats each in a fresh process, the bench stage's repeat mode with
 bench.steps. On a CPU, screening runs in fresh processes too: its only memory figure is a process's lifetime
-peak. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, `CACHE_DIR`, for
-every process of the search and for later searches, so a graph compiled once is not compiled again.
+peak. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, the project's
+`benchlab.core.stage_main.COMPILE_CACHE`, for every process of the search, later searches and the pipeline's
+stages, so a graph compiled once is not compiled again.
 
 A candidate is not a variant of params.yaml, so it reaches a process as its knob changes (JSON), checked
 there by the same rules, and runs as a variant named `candidate`.
@@ -45,20 +46,9 @@ from benchlab.search import moves, strategy
 from benchlab.search.journal import Run
 
 NAME = "candidate"
-# inductor's and Triton's caches for every process of every search run from this folder (the project's root, where
-# DVC runs the stage; ignored by git and DVC).
-CACHE_DIR = Path(".cache") / "inductor"
-
-
 # The loggers whose records a search keeps out of the terminal, and the variable naming their file for its children.
 LIBRARIES = ("torch", "torchao")
 LOG_ENV = "BENCHLAB_SEARCH_LOG"
-
-
-def use_compile_cache() -> None:
-    """Point inductor and Triton at CACHE_DIR; children inherit it. Set before the first compilation."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR.resolve()))
-    os.environ.setdefault("TRITON_CACHE_DIR", str((CACHE_DIR / "triton").resolve()))
 
 
 def libraries_to_log(path: str | Path) -> None:
