@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-PIPELINES = ("dvc.yaml", "search/dvc.yaml")
+PIPELINES = ("dvc.yaml", "search/dvc.yaml", "ttl/dvc.yaml")
 FAILED = "failed to load"  # DVC's line: "DVC failed to load some metrics for following revisions: ..."
 
 
