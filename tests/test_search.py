@@ -25,7 +25,8 @@ from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, space
 from benchlab.search.pareto import area, front
 from benchlab.search.sampler import GLOBAL, Sampler
-from benchlab.search.strategy import Limits, Search, Warm, figures as run_point, found_variants
+from benchlab.search.front import point as run_point
+from benchlab.search.strategy import Limits, Search, Warm, found_variants
 from tests.conftest import ROOT, micro_params
 
 SEPARABLE = family("separable")  # the scripted machine (benchlab/search/landscapes.py)

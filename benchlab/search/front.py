@@ -51,10 +51,14 @@ def measured(run: Run) -> bool:
     return run.status == "ok" and bool(run.tokens_per_sec) and bool(run.peak_mem_mb)
 
 
+def point(run: Run) -> pareto.Point | None:
+    """A run's point on the front: None where it did not run or lacks either figure."""
+    return (float(run.tokens_per_sec or 0), float(run.peak_mem_mb or 0)) if measured(run) else None
+
+
 def front_of(runs: list[Run], floor_tps: float, tie: float = 0.0) -> list[Run]:
     """The measured runs at floor_tps or more that no other beats (pareto.front), fastest first."""
-    return pareto.front(runs, lambda r: (float(r.tokens_per_sec or 0), float(r.peak_mem_mb or 0))
-                        if measured(r) else None, floor_tps, tie)
+    return pareto.front(runs, point, floor_tps, tie)
 
 
 class Effects:

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.budget import GOALS, Budget, Limits
-from benchlab.search.front import EXPLORE, Effects, Explorer
+from benchlab.search.front import EXPLORE, Effects, Explorer, point
 from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner, space
 from benchlab.search.sampler import GLOBAL, Sampler
@@ -156,7 +156,7 @@ class Search:
             failed = {n for (phase, n), r in self.journal.runs.items() if phase == "parity" and not r.passed}
             points = pareto.front([r for r in self.journal.runs.values()
                                    if r.phase in SCREENING and r.status == "ok" and r.name not in failed],
-                                  figures, tie=self.tie())
+                                  point, tie=self.tie())
             unjudged = [r for r in points if self.journal.get("parity", r.name) is None]
             if not unjudged or self.journal.spent_s() + self.budget.verdict_s(start) > self.limits.budget_s:
                 return points
@@ -243,7 +243,7 @@ class Search:
             if run is None:
                 return out
             out.append(run)
-            if run in pareto.front(self.order, figures, self.floor_tps(start), self.tie()):
+            if run in pareto.front(self.order, point, self.floor_tps(start), self.tie()):
                 out += self.explore(start)
 
     def floor_tps(self, start: Run) -> float:
@@ -313,13 +313,6 @@ class Search:
         """The candidate's parity verdict, from the journal or judged now."""
         done = self.journal.get("parity", cand.name)
         return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
-
-
-def figures(run: Run) -> pareto.Point | None:
-    """A run's point on the front: None where it lacks either figure or did not run."""
-    if run.status != "ok" or not run.tokens_per_sec or not run.peak_mem_mb:
-        return None
-    return float(run.tokens_per_sec), float(run.peak_mem_mb)
 
 
 def _median(values: list[float]) -> float:
