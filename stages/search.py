@@ -4,7 +4,8 @@ The phases, the budget and the choice are benchlab/search/strategy.py's; the run
 it writes is benchlab/search/report.py's. The journal (`<out_dir>/journal.jsonl`) is a persistent output: DVC
 keeps it when the stage starts again, so a stopped search resumes and repeats no run it finished, and a
 search at another model size starts from what this one found. `--worker` is the screening worker's mode,
-`--candidate FILE` a fresh-process confirmation run's; the stage starts both itself. The libraries' own messages
+`--candidate FILE` a fresh-process confirmation run's, `--precompile FILE` a compiling-ahead process's; the stage
+starts them itself. The libraries' own messages
 (torchao's kernels this machine lacks, torch's warnings) go to a log beside the summary, metrics/search.log, so the
 terminal holds the search's lines alone.
 """
@@ -24,6 +25,7 @@ from benchlab.search import strategy
 from benchlab.search import moves
 from benchlab.search import report
 from benchlab.search import runs
+from benchlab.search import worker
 from benchlab.core.params import load_params
 from benchlab.core.stage_main import run_main
 from benchlab.run.env import environment
@@ -44,36 +46,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("summary", nargs="?", help="the metrics file: what was found, and its ratio to search.start")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the screening worker
     ap.add_argument("--candidate", help=argparse.SUPPRESS)  # a fresh-process run of the changes in this file
+    ap.add_argument("--precompile", help=argparse.SUPPRESS)  # compile the candidate in this file ahead
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)  # a CPU's screening run: fewer steps
     ap.add_argument("--record-to", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    log = Path(args.summary).with_suffix(".log") if args.summary else os.environ.get(runs.LOG_ENV)
+    log = Path(args.summary).with_suffix(".log") if args.summary else os.environ.get(worker.LOG_ENV)
     if log:  # the libraries' messages: beside the summary (metrics/search.log); the processes it starts inherit it
-        runs.libraries_to_log(log)
+        worker.libraries_to_log(log)
     p = load_params()
     if args.worker:
-        runs.serve(p, args.data_dir)
+        worker.serve(p, args.data_dir)
+        return
+    if args.precompile:
+        worker.precompile_here(p, Path(args.precompile), args.data_dir)
         return
     if args.candidate:
-        runs.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
+        worker.screen_here(p, Path(args.candidate), args.data_dir, Path(args.record_to), args.steps)
         return
     out = Path(args.out_dir)
     claim_outputs(*(out / name for name in OUTPUTS), args.summary)
     reference = parity.read_reference(Path(args.reference))
     parity.check_reference(p, reference)
     measure = runs.Runs(p, args.data_dir, reference)
-    start = runs.start_of(p)
+    start = worker.start_of(p)
     batch = p.batch_size(start)
     rules = moves.rules_for(device_facts(measure.device), batch)
     # Each run of this context read back is checked by the knob rules and against the runs before it.
     journal = Journal(out / "journal.jsonl", runs.context(p, measure.device), Checks(start, rules))
     limits = strategy.Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats,
                              p.search.lean_floor, parity_tokens=p.parity.steps * batch * p.train.block_size,
-                             seed=p.seed)
+                             seed=p.seed, finalist_only=True)
     warm = runs.warm_starts(p, journal.found_elsewhere())
     try:
         result = strategy.Search(start, rules, measure.screen, measure.repeat, measure.judge, journal, limits,
-                                 batch, warm).run()
+                                 batch, warm, prepare=measure.prepare).run()
     finally:
         measure.worker.close()
     write_outputs(result, journal, limits, out, args.summary, p.model, start, p.preset)

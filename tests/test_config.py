@@ -611,7 +611,7 @@ def test_bad_search_params_get_one_line_errors(key: str, value: object, words: s
 
 
 def test_a_search_start_that_is_not_a_variant_is_refused_at_load_and_the_default_where_the_search_starts() -> None:
-    from benchlab.search.runs import start_of
+    from benchlab.search.worker import start_of
 
     data = micro_params()
     data["search"]["start"] = "nope"  # set by the user: refused before any stage runs (the env stage loads params)

@@ -71,7 +71,7 @@ def test_regional_and_whole_model_compilation_train_the_same_and_a_block_compile
 
 
 def test_screening_runs_compile_blocks_only_where_asked_and_the_candidate_compiles_without_cuda_graphs() -> None:
-    from benchlab.search.runs import screening_settings
+    from benchlab.search.worker import screening_settings
 
     compiled = RunSettings(compile=True)
     assert screening_settings(compiled, "blocks").compile_scope == "blocks"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from benchlab.core.params import Params, parse_params
-from benchlab.search import runs
+from benchlab.search import runs, worker
 from benchlab.search.journal import Journal, Run
 from tests.conftest import ROOT, micro_params
 
@@ -117,8 +117,8 @@ def test_answers_from_another_model_size_on_this_machine_warm_start_a_search(mac
 
 QUIET_IMPORT = """
 import sys
-from benchlab.search import runs
-runs.libraries_to_log(sys.argv[1])
+from benchlab.search import worker
+worker.libraries_to_log(sys.argv[1])
 import torchao  # noqa: F401  on a machine without its CUDA kernels: "Failed to load ... .so", and torch's warning
 import logging
 logging.getLogger("torch.utils._pytree").warning("a torch warning")
@@ -134,4 +134,4 @@ def test_a_search_prints_only_its_own_lines_and_the_libraries_messages_go_to_the
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "search: the search's own line\n" and proc.stderr == ""
     assert "torch.utils._pytree WARNING: a torch warning" in log.read_text()
-    assert os.environ.get(runs.LOG_ENV) is None  # set in the search's process (and so its children) only
+    assert os.environ.get(worker.LOG_ENV) is None  # set in the search's process (and so its children) only

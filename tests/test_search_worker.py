@@ -7,6 +7,7 @@ import yaml
 
 from benchlab.run.runner import RunRecord
 from benchlab.search import runs
+from benchlab.search import worker as search_worker
 from tests.conftest import ROOT, micro_params
 
 
@@ -21,7 +22,7 @@ def worker_lab(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.integration
 def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it(worker_lab: Path,
                                                                                  prepared: Path) -> None:
-    worker = runs.Worker(str(prepared))
+    worker = search_worker.Worker(str(prepared))
     try:
         first = worker.screen({})
         pid = worker.proc.pid if worker.proc else None
@@ -42,7 +43,7 @@ def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it
 @pytest.mark.integration
 def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(worker_lab: Path,
                                                                               prepared: Path) -> None:
-    worker = runs.Worker(str(prepared))
+    worker = search_worker.Worker(str(prepared))
     try:
         worker.screen({})
         assert worker.proc is not None and worker.proc.stdin is not None
@@ -58,9 +59,10 @@ def test_a_worker_that_dies_fails_its_candidate_and_the_next_starts_a_new_one(wo
 
 def test_the_breakdown_names_every_part_of_a_run_s_wall_time() -> None:
     rec = RunRecord(status="ok", startup_s=4.0, init_s=1.0, apply_s=0.5, warmup_s=3.0, window_wall_ms=500.0,
-                    eval_s=0.25)
+                    eval_s=0.25, compile_hits=4, compile_misses=2)
     assert runs.breakdown(rec, 10.0) == {"startup_s": 4.0, "build_s": 1.0, "apply_s": 0.5, "warmup_s": 3.0,
-                                                "timed_s": 0.5, "eval_s": 0.25, "other_s": 0.75}
+                                         "timed_s": 0.5, "eval_s": 0.25, "other_s": 0.75, "compile_hits": 4,
+                                         "compile_misses": 2}
     assert runs.breakdown(RunRecord(status="oom"), 2.0)["timed_s"] is None
 
 

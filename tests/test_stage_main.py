@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-from benchlab.core.stage_main import COMPILE_CACHE
+from benchlab.core import stage_main
+from benchlab.core.stage_main import COMPILE_CACHE, compile_cache
 from tests.conftest import ROOT
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -37,6 +38,21 @@ def test_the_compile_cache_is_in_the_project_and_ignored_by_git() -> None:
 
 
 def test_a_stage_compiles_into_the_project_cache_and_a_folder_the_user_named_is_kept(tmp_path) -> None:
-    assert cache_of_a_stage() == [str(COMPILE_CACHE), str(COMPILE_CACHE / "triton")]
+    assert cache_of_a_stage() == [str(compile_cache()), str(compile_cache() / "triton")]
+    assert compile_cache().parent == COMPILE_CACHE
     mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     assert cache_of_a_stage(**mine) == [mine["TORCHINDUCTOR_CACHE_DIR"], mine["TRITON_CACHE_DIR"]]
+
+
+def test_the_cache_has_a_folder_per_torch_triton_and_gpu(monkeypatch, tmp_path) -> None:
+    import torch
+
+    assert stage_main.machine_key().startswith(f"torch-{torch.__version__}_triton-")
+    info = tmp_path / "0000:3b:00.0" / "information"
+    info.parent.mkdir()
+    info.write_text("Model: \t\t NVIDIA H200\nIRQ: 1\n")
+    real_glob = stage_main.glob.glob
+    monkeypatch.setattr(stage_main.glob, "glob", lambda pattern: [str(info)] if "nvidia" in pattern else real_glob(pattern))
+    assert stage_main.machine_key().endswith("_NVIDIA-H200")
+    monkeypatch.setattr(stage_main.glob, "glob", lambda pattern: [])
+    assert "_cpu-" in stage_main.machine_key()

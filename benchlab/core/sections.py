@@ -218,6 +218,9 @@ class SearchParams:
     """What a screening run compiles where its candidate compiles: model (as the candidate would run), or blocks
     (regional compilation: each block once, a cold start's compile cut; compile modes with CUDA graphs keep
     model). Confirmation and parity always run the candidate as it is."""
+    precompile_processes: int = 8
+    """On a GPU under screen_compile_scope=blocks: how many processes compile candidates ahead at once, each on a
+    one-layer model (benchlab/search/worker.py); 0: each compiles in its screening run."""
 
     def __post_init__(self) -> None:
         check(self.budget_s > 0, "search.budget_s", self.budget_s, "a positive number of seconds, e.g. 1800")
@@ -225,6 +228,8 @@ class SearchParams:
         check(self.screen_steps >= 2, "search.screen_steps", self.screen_steps, "2 or more timed steps")
         check(self.confirm >= 1, "search.confirm", self.confirm, "1 or more")
         check(self.repeats >= 0, "search.repeats", self.repeats, "0 or more")
+        check(self.precompile_processes >= 0, "search.precompile_processes", self.precompile_processes,
+              "0 (none) or more, e.g. 8")
         check(0 < self.lean_floor <= 1, "search.lean_floor", self.lean_floor, "a fraction in (0, 1], e.g. 0.85")
 
 

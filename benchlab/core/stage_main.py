@@ -1,7 +1,11 @@
 """The one place a stage's process turns a LabError, a stop or an exhausted machine into one line and an exit
 code, and removes what the stage wrote; and where its compiled graphs are kept."""
 
+import glob
+import importlib.metadata
 import os
+import platform
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,15 +16,39 @@ from benchlab.core.errors import LabError, exhausted
 # inductor's and Triton's caches for every stage and each process it starts (a repeat, torchrun's ranks, the
 # search's runs), in the project (ignored by git and DVC): a graph one stage compiled, the next stage that builds it
 # loads (parity@recipe, bench@recipe and profile@recipe build one), and a fresh clone starts from an empty cache of
-# its own, not from whatever torch's default folder (the system's temp folder) holds from other checkouts.
+# its own, not from whatever torch's default folder (the system's temp folder) holds from other checkouts. One
+# folder below it per torch, Triton and GPU (`machine_key`): a search resumed on another machine or after an
+# upgrade starts a cache of its own, and the old one stays for when it comes back.
 COMPILE_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "inductor"
 
 
+def machine_key() -> str:
+    """torch's and Triton's versions and the GPUs' models (the driver's /proc files: no CUDA start-up), as a folder
+    name; the CPU's architecture where there is no NVIDIA GPU."""
+    def version(package: str) -> str:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return "none"
+    models = set()
+    for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
+        text = Path(info).read_text(errors="replace")
+        models |= {m.strip() for m in re.findall(r"^Model:\s*(.+)$", text, re.MULTILINE)}
+    gpus = "+".join(sorted(models)) or f"cpu-{platform.machine()}"
+    key = f"torch-{version('torch')}_triton-{version('triton')}_{gpus}"
+    return re.sub(r"[^A-Za-z0-9.+_-]+", "-", key)
+
+
+def compile_cache() -> Path:
+    """This machine's folder of the project's compile cache."""
+    return COMPILE_CACHE / machine_key()
+
+
 def use_compile_cache() -> None:
-    """Point inductor and Triton at COMPILE_CACHE, unless the environment already names a folder; the processes
-    this one starts inherit it. Before the first compilation."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
+    """Point inductor and Triton at this machine's compile cache, unless the environment already names a folder;
+    the processes this one starts inherit it. Before the first compilation."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache()))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(compile_cache() / "triton"))
 
 
 def run_main(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:

@@ -17,8 +17,9 @@ def check_model(p: Params) -> None:
                        f"expected at most {context}, the context of model={p.model}")
 
 
-def model_config(p: Params, settings: RunSettings, data_vocab: int) -> GPTConfig:
-    """The preset with the attention kernel and the data's vocabulary filled in."""
+def model_config(p: Params, settings: RunSettings, data_vocab: int, n_layer: int | None = None) -> GPTConfig:
+    """The preset with the attention kernel and the data's vocabulary filled in (and `n_layer` layers, where given:
+    the search's compiling ahead)."""
     check_model(p)
     preset = PRESETS[p.model]
     vocab = preset.vocab_size or padded_vocab(data_vocab)
@@ -27,13 +28,14 @@ def model_config(p: Params, settings: RunSettings, data_vocab: int) -> GPTConfig
             f"model={p.model} has {vocab} token embeddings but the data has {data_vocab} tokens; "
             f"lower data.vocab_size to at most {vocab} and rerun prepare"
         )
-    return GPTConfig.from_name(p.model, vocab_size=vocab, attention=settings.attention)
+    depth = {} if n_layer is None else {"n_layer": n_layer}
+    return GPTConfig.from_name(p.model, vocab_size=vocab, attention=settings.attention, **depth)
 
 
-def fresh_model(p: Params, settings: RunSettings, data_vocab: int) -> GPT:
-    """The same initial weights on every device: seeded init on the CPU (moved later by `optimize.apply`)."""
+def fresh_model(p: Params, settings: RunSettings, data_vocab: int, n_layer: int | None = None) -> GPT:
+    """The same initial weights on every device: seeded init on the CPU (moved later by `apply_knobs.apply`)."""
     torch.manual_seed(p.seed)
-    return GPT(model_config(p, settings, data_vocab))
+    return GPT(model_config(p, settings, data_vocab, n_layer))
 
 
 def model_shape(p: Params, settings: RunSettings, data_vocab: int) -> tuple[GPTConfig, int]:

@@ -69,6 +69,9 @@ class RunRecord:
     skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
     diverged_step: int | None = None
     val_loss: float | None = None
+    # inductor's FX graph cache during the run: graphs loaded from it, and graphs compiled (None: not counted)
+    compile_hits: int | None = None
+    compile_misses: int | None = None
     # [steps done, validation loss, seconds it took] at each of train_once's `eval_steps`, off the step clock
     val_curve: list[list[float]] = field(default_factory=list)
     neighbours: dict = field(default_factory=dict)  # what else used the machine while we timed
@@ -258,7 +261,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
                keep_model: bool = False, progress: str | None = None,
                on_step: Callable[[], None] | None = None, keep_going: bool = False,
                data_seed: int | None = None, memory_cap_gib: float | None = None,
-               eval_steps: frozenset[int] = frozenset()) -> RunRecord:
+               eval_steps: frozenset[int] = frozenset(), n_layer: int | None = None) -> RunRecord:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
 
     The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
@@ -269,6 +272,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     `progress` labels a progress bar (None: quiet); `on_step` runs after every step (the profiler's hook);
     `keep_going` records a library error as status `error` instead of raising it (the matrix's variants);
     after each step done in `eval_steps` but the last the validation loss goes into `val_curve` (the last: val_loss).
+    `n_layer` builds the model that deep instead (the search compiles a candidate's block ahead on one layer).
     """
     rec = RunRecord(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
     if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
@@ -281,7 +285,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     run: TrainingRun | None = None
     try:
         began = time.perf_counter()
-        model = fresh_model(p, settings, data.vocab_size)  # the same initial weights on every device
+        model = fresh_model(p, settings, data.vocab_size, n_layer)  # the same initial weights on every device
         rec.init_s = time.perf_counter() - began
         run = apply(model, settings, device, p.train)
         rec.setup_s = time.perf_counter() - began

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 
 from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.moves import FINALIST_ONLY
 
 GOALS = ("fastest", "lean")
 
@@ -25,6 +26,7 @@ class Limits:
     lean_floor: float
     parity_tokens: float = 0.0  # tokens one parity run trains: with the start's speed, what a verdict costs
     seed: int = 0  # the global phase's sampler
+    finalist_only: bool = False  # moves.FINALIST_ONLY's values screened on the fastest finalist alone (the stage's search)
 
 
 class Budget:
@@ -58,11 +60,31 @@ class Budget:
         """A screening run's cost: the median so far."""
         return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
 
-    def can_screen(self, start: Run | None) -> bool:
-        """Another screening run fits: it, and what confirmation and parity will cost, end within the budget."""
-        if self.journal.measured() >= self.limits.max_candidates:
+    def finalist_s(self, start: Run | None) -> float:
+        """What the finalist's first FINALIST_ONLY value (the cheapest) will cost, kept until it has run (the
+        global phase would spend it otherwise); 0 without finalist_only."""
+        if not self.limits.finalist_only or start is None or \
+                any(r.phase == "finalist" for r in self.journal.runs.values()):
+            return 0.0
+        return min(FINALIST_ONLY.values()) * self.fresh_s(start)
+
+    def can_screen(self, start: Run | None, cost_s: float | None = None, finalist: bool = False) -> bool:
+        """Another screening run fits: it (at `cost_s`, or the median so far), and what confirmation and parity will
+        cost, end within the budget; and, unless it is the finalist's run, what that will cost too (a run and its
+        seconds)."""
+        kept = 0.0 if finalist else self.finalist_s(start)
+        if self.journal.measured() + (kept > 0) >= self.limits.max_candidates:
             return False
-        return self.journal.spent_s() + self.screening_s() + self.reserve_s(start) <= self.limits.budget_s
+        cost = self.screening_s() if cost_s is None else cost_s
+        return self.journal.spent_s() + cost + self.reserve_s(start) + kept <= self.limits.budget_s
+
+    def runs_left(self, start: Run | None) -> int:
+        """How many more screening runs fit, at the median cost so far (before any: the start's), and the candidate
+        limit: what is worth compiling ahead."""
+        cost = self.screening_s() or (start.wall_s if start is not None else 0.0)
+        room = self.limits.budget_s - self.journal.spent_s() - self.reserve_s(start) - self.finalist_s(start)
+        fit = int(room // cost) if cost > 0 else self.limits.max_candidates
+        return max(0, min(fit, self.limits.max_candidates - self.journal.measured()))
 
     def plan_line(self, start: Run) -> str:
         """The first line a user reads: what the budget buys at the measured screening cost."""

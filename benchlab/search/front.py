@@ -27,7 +27,7 @@ what it spends is what the front's other points would otherwise get for their pa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.pareto import area
 from benchlab.search.journal import Run
-from benchlab.search.moves import Candidate, Rules, moves, partner
+from benchlab.search.moves import Candidate, Change, Rules, moves, partner
 
 EXPLORE = "explore"  # the journal's phase for the exploration's screening runs
 FLOOR_SHARE = 0.01  # runs within this share of the least memory measured are at the memory's floor
@@ -45,6 +45,7 @@ MIN_GAIN = 1e-6  # a predicted gain smaller than this share of the front's area 
 Term = tuple[str, Any]
 Point = tuple[float, float]  # (tokens/s, peak MiB)
 Screen = Callable[[Candidate], "Run | None"]
+Prepare = Callable[[list[Candidate]], None]  # compile these ahead of their screening runs (runs.Runs.prepare)
 
 
 def measured(run: Run) -> bool:
@@ -106,14 +107,14 @@ class Effects:
         return tps, mem if self.floor is None else max(mem, self.floor)
 
 
-def around(point: Run, start: RunSettings, rules: Rules, batch: int) -> list[Candidate]:
+def around(point: Run, start: RunSettings, rules: Rules, batch: int, held: Collection[Change] = ()) -> list[Candidate]:
     """Every one-knob change of a front point that either goal may make, each refused one replaced by its partner
     (or left out where it has none): in the knob table's order, each configuration once, a knob moved back to the
     start's value no longer a change."""
     base = Candidate(tuple(point.changes.items()))
     out: dict[str, Candidate] = {}
     for goal in ("fastest", "lean"):
-        for cand in moves(base, start, goal, batch):
+        for cand in moves(base, start, goal, batch, held):
             reason = rules(cand.settings(start))
             paired = cand if reason is None else partner(cand, reason, start, rules)
             if paired is not None:
@@ -129,9 +130,10 @@ class Explorer:
     """The passes (see the module's docstring) over the runs measured before them, `seen`."""
 
     def __init__(self, seen: list[Run], screen: Screen, start: RunSettings, rules: Rules, batch: int,
-                 floor_tps: float, log: Callable[[str], None], tie: float = 0.0) -> None:
+                 floor_tps: float, log: Callable[[str], None], tie: float = 0.0, held: Collection[Change] = (),
+                 prepare: Prepare | None = None) -> None:
         self.seen, self.screen, self.start, self.rules, self.batch = list(seen), screen, start, rules, batch
-        self.floor_tps, self.log, self.tie = floor_tps, log, tie
+        self.floor_tps, self.log, self.tie, self.held, self.prepare = floor_tps, log, tie, held, prepare
         self.explored: list[Run] = []
 
     def run(self) -> list[Run]:
@@ -143,10 +145,12 @@ class Explorer:
             names = {r.name for r in self.seen}
             pool: dict[str, Move] = {}
             for point in front:
-                for cand in around(point, self.start, self.rules, self.batch):
+                for cand in around(point, self.start, self.rules, self.batch, self.held):
                     if cand.name not in names:
                         pool.setdefault(cand.name, (cand, point))
             self.log(f"search: explore pass {number}: {len(pool)} moves around the front's {len(front)} points")
+            if self.prepare is not None:
+                self.prepare([cand for cand, _ in self.ranked(list(pool.values()))])
             before = len(self.explored)
             if not self.one_pass(list(pool.values())):
                 return self.explored  # the budget ended
@@ -165,6 +169,15 @@ class Explorer:
             self.seen.append(run)
             self.explored.append(run)
         return True
+
+    def ranked(self, pool: list[Move]) -> list[Move]:
+        """The pool in the order one pass would screen it if no run changed the fit: priced moves by predicted gain
+        (those predicted to add nothing left out), then the unpriced."""
+        out, left = [], list(pool)
+        while (move := self.best(left)) is not None:
+            left.remove(move)
+            out.append(move)
+        return out
 
     def best(self, pool: list[Move]) -> Move | None:
         """The move predicted to add the most to the front, if that is at least MIN_GAIN of the front's area; else

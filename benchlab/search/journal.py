@@ -26,9 +26,12 @@ from benchlab.core.knobs import KNOBS, RunSettings, searched
 from benchlab.search.moves import Candidate, Rules, changes_from, choices
 
 # The phases whose runs are screening runs (one short run each, on the screening worker).
-SCREENING = ("warm", "moves", "fastest", "lean", "explore", "global")
+SCREENING = ("warm", "moves", "fastest", "lean", "explore", "global", "finalist")
 # The phases of the runs that rest on a screening run: fresh-process repeats, parity verdicts, answers.
 AFTER_SCREENING = ("confirm", "parity", "found")
+# The phase of the time spent compiling candidates ahead of their screening runs (runs.Runs.prepare): no candidate,
+# a cost the budget counts. Named `batch <n>`, it holds the candidates' names and the compile processes' walls.
+PRECOMPILE = "precompile"
 # What makes two contexts the same machine: answers found on another device or software are not used.
 SAME_MACHINE = ("device", "torch", "memory_cap_gib")
 
@@ -39,7 +42,8 @@ class Run:
 
     name: str
     changes: dict[str, Any]
-    phase: str  # warm | moves | fastest | lean | explore | global (screening) | confirm | parity | found
+    phase: str  # warm | moves | fastest | lean | explore | global | finalist (screening) | confirm | parity | found
+    #             | precompile
     status: str  # ok | oom | diverged | error | refused (| passed, failed for parity)
     tokens_per_sec: float | None = None
     peak_mem_mb: float | None = None
@@ -104,6 +108,9 @@ class Journal:
         the runs before it."""
         if run.phase == "found":
             return self._unfounded_answer(run, checks)
+        if run.phase == PRECOMPILE:
+            return None if not run.changes and run.name.startswith("batch ") else \
+                f"a precompile entry named {run.name!r} with changes {run.changes}, not `batch <n>` with none"
         base, _, repeat = run.name.rpartition("#") if run.phase == "confirm" else (run.name, "", "1")
         if not repeat.isdigit() or int(repeat) < 1:
             return f"a confirmation named {run.name!r}, not <candidate>#<repeat>"
@@ -151,7 +158,7 @@ class Journal:
         return run
 
     def spent_s(self) -> float:
-        """Wall time of every run this search made: screening, confirmation and parity."""
+        """Wall time of every run this search made: screening, confirmation and parity, and its compiling ahead."""
         return sum(r.wall_s for r in self.runs.values())
 
     def measured(self) -> int:
@@ -178,7 +185,7 @@ def _parsed(line: str) -> tuple[dict[str, Any], Run]:
         run = Run(**entry)
     except TypeError:
         raise ValueError(f"not a journal line (its fields are {', '.join(sorted(entry))})") from None
-    phases = (*SCREENING, *AFTER_SCREENING)
+    phases = (*SCREENING, *AFTER_SCREENING, PRECOMPILE)
     if run.phase not in phases:
         raise ValueError(f"phase={run.phase!r} is not one the search writes; expected one of: {', '.join(phases)}")
     kinds = {"name": str, "status": str, "message": str, "changes": dict, "extra": dict}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import typing
 from dataclasses import dataclass, fields, replace
+from collections.abc import Collection
 from typing import Any, Callable
 
 from benchlab.core.errors import LabError
@@ -17,6 +18,13 @@ from benchlab.core.knobs import (KNOBS, RunSettings, changes_math, check_combina
 from benchlab.core.skips import DeviceFacts
 
 MICRO_BATCH_SPLITS = (2, 4, 8)  # grad_accum values a search for memory tries (each must divide the batch)
+# Values a search screens only on its fastest finalist, never in a move, a pass or a proposal, each with what its
+# run costs as a multiple of a fresh whole-model run: CUDA graphs (a whole-model compilation, the graphs captured)
+# and max-autotune (matmul templates benchmarked: 348 s of compilation at GPT-2 124M on an H200). Screened on every
+# candidate they would cost more than the rest of a search; on the finalist, they are tried where they fit.
+FINALIST_ONLY: dict[tuple[str, Any], float] = {("compile_mode", "reduce-overhead"): 2.0,
+                                                ("compile_mode", "max-autotune-no-cudagraphs"): 10.0,
+                                                ("compile_mode", "max-autotune"): 10.0}
 
 Change = tuple[str, Any]
 Rules = Callable[[RunSettings], "str | None"]
@@ -55,10 +63,11 @@ def choices(knob: str) -> tuple[Any, ...]:
     return tuple(v for v in values if not changes_math(knob, v))
 
 
-def space(batch: int) -> dict[str, tuple[Any, ...]]:
-    """Every searched knob's values: its choices; grad_accum's, 1 and the splits that divide the batch."""
-    return {k: (1, *(n for n in MICRO_BATCH_SPLITS if batch % n == 0)) if k == "grad_accum" else choices(k)
-            for k in KNOBS if searched(k)}
+def space(batch: int, held: Collection[Change] = ()) -> dict[str, tuple[Any, ...]]:
+    """Every searched knob's values: its choices (less the `held` ones, FINALIST_ONLY's in a search on a device);
+    grad_accum's, 1 and the splits that divide the batch."""
+    return {k: (1, *(n for n in MICRO_BATCH_SPLITS if batch % n == 0)) if k == "grad_accum"
+            else tuple(v for v in choices(k) if (k, v) not in held) for k in KNOBS if searched(k)}
 
 
 def changes_from(start: RunSettings, settings: RunSettings) -> Candidate | None:
@@ -68,8 +77,9 @@ def changes_from(start: RunSettings, settings: RunSettings) -> Candidate | None:
     return None if any(not searched(k) for k, _ in diff) else Candidate(tuple(diff))
 
 
-def moves(base: Candidate, start: RunSettings, goal: str, batch: int) -> list[Candidate]:
-    """Every one-knob change of `base` the goal allows, in the knob table's order (see the module's docstring)."""
+def moves(base: Candidate, start: RunSettings, goal: str, batch: int, held: Collection[Change] = ()) -> list[Candidate]:
+    """Every one-knob change of `base` the goal allows, in the knob table's order (see the module's docstring), but
+    the `held` values (those screened on the finalist alone)."""
     here = base.settings(start)
     out = []
     for knob in KNOBS:
@@ -77,7 +87,7 @@ def moves(base: Candidate, start: RunSettings, goal: str, batch: int) -> list[Ca
             continue
         values = _micro_batches(here.grad_accum, goal, batch) if knob == "grad_accum" else choices(knob)
         for value in values:
-            if value == getattr(here, knob):
+            if value == getattr(here, knob) or (knob, value) in held:
                 continue
             # grad_accum's values already follow the goal (fewer micro-batches for speed, more for memory).
             undo = value == unoptimized(knob) and getattr(start, knob) != value

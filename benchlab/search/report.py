@@ -12,13 +12,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
 from benchlab.search.budget import GOALS, Limits
 
 # Where a run's wall time went (search_runs fills `Run.extra` with these, in seconds).
 BREAKDOWN = ("startup_s", "build_s", "apply_s", "warmup_s", "timed_s", "eval_s")
+# inductor's FX graph cache during a screening run: graphs loaded from it, graphs compiled.
+CACHE = ("compile_hits", "compile_misses")
 CSV_COLUMNS = ("name", "phase", "status", "tokens_per_sec", "ratio_to_start", "peak_mem_mb", "wall_s", *BREAKDOWN,
-               "passed", "message")
+               *CACHE, "passed", "message")
 FRONT_COLUMNS = ("name", "tokens_per_sec", "ratio_to_start", "peak_mem_mb", "parity", "answer")
 
 
@@ -41,7 +43,7 @@ def _csv(header: tuple[str, ...], rows: list[list[Any]]) -> str:
 def candidates_csv(journal: Journal, start_tps: float | None) -> str:
     """Every run the search made or refused, in the order it made them, with where its wall time went."""
     rows = [[r.name, r.phase, r.status, r.tokens_per_sec, _ratio(r, start_tps), r.peak_mem_mb, r.wall_s,
-             *(r.extra.get(k) for k in BREAKDOWN), r.passed, r.message] for r in journal.runs.values()]
+             *(r.extra.get(k) for k in (*BREAKDOWN, *CACHE)), r.passed, r.message] for r in journal.runs.values()]
     return _csv(CSV_COLUMNS, rows)
 
 
@@ -88,6 +90,7 @@ def summary(result: dict[str, Any], journal: Journal, limits: Limits) -> dict[st
                            "budget_s": limits.budget_s,
                            "refused": sum(1 for r in journal.runs.values() if r.status == "refused"),
                            "screening_run_s_median": screens.get("wall_s"),
+                           "precompile_s": sum(r.wall_s for r in journal.runs.values() if r.phase == PRECOMPILE),
                            "front_points": len(result.get("front", [])),
                            "start_tokens_per_sec": start.tokens_per_sec if start else None,
                            "start_peak_mem_mb": start.peak_mem_mb if start else None}
@@ -113,6 +116,23 @@ def path_lines(result: dict[str, Any]) -> list[str]:
                 added = ["(the best warm start)"] if after.changes else ["(the start)"]
             lines.append(f"  - {' + '.join(added)}: {after.tokens_per_sec / start.tokens_per_sec:.3f}x the start, "
                          f"{after.peak_mem_mb:,.0f} MiB")
+    return lines
+
+
+def compile_lines(journal: Journal) -> list[str]:
+    """What compiling ahead cost, and how many of the screening runs' graphs came from inductor's cache."""
+    ahead = [r for r in journal.runs.values() if r.phase == PRECOMPILE]
+    screens = [r for r in journal.runs.values() if r.phase in SCREENING and r.extra.get("compile_hits") is not None]
+    lines = []
+    if ahead:
+        count = sum(int(r.extra.get("precompiled") or 0) for r in ahead)
+        lines.append(f"\nCompiled ahead: {count} candidates in {len(ahead)} batches, "
+                     f"{sum(r.wall_s for r in ahead):.0f} s in all (in the budget, nothing timed meanwhile).")
+    if screens:
+        hits = sum(int(r.extra["compile_hits"]) for r in screens)
+        misses = sum(int(r.extra.get("compile_misses") or 0) for r in screens)
+        lines.append(f"{'' if ahead else chr(10)}The screening runs loaded {hits} graphs from inductor's cache and "
+                     f"compiled {misses}.")
     return lines
 
 
@@ -150,6 +170,7 @@ def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine:
     parts += ["", "## What each change bought", "", *path_lines(result), "", "## Where a screening run's time went",
               "", "| part | median s |", "| --- | --- |"]
     parts += [f"| {k.removesuffix('_s')} | {v:.1f} |" for k, v in breakdown(journal).items()]
+    parts += compile_lines(journal)
     if command:
         parts += ["", "## Time the answers in the matrix", "", "```bash", command, "```"]
     return "\n".join(parts) + "\n"

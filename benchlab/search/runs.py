@@ -1,176 +1,37 @@
-"""The search's runs on this device: screening on a persistent worker, confirmation in fresh processes, parity.
+"""The search's runs on this device: screening (on the worker, worker.py), compiling ahead, confirmation in fresh
+processes, parity; the screen, repeat, judge and prepare that strategy.Search is handed.
 
-**Screening** on a GPU runs on one long-lived worker process (`python -m stages.search DATA --worker`): the
-interpreter, torch, the tokens and the CUDA context are paid for once, not once per candidate. Each
-candidate still builds its model from the seeded weights, applies its knobs, compiles, warms up
-(bench.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled
-graph (torch._dynamo.reset), collects and empties the allocator's cache, so a candidate starts from an empty
-device and its peak is its own. What a fresh process would add is a clean allocator and compiler state,
-which the finalists get: **confirmation** repeats each in a fresh process, the bench stage's repeat mode with
-bench.steps. On a CPU, screening runs in fresh processes too: its only memory figure is a process's lifetime
-peak. inductor's caches (FX graphs, autotuning, Triton kernels) live in one folder, the project's
-`benchlab.core.stage_main.COMPILE_CACHE`, for every process of the search, later searches and the pipeline's
-stages, so a graph compiled once is not compiled again.
-
-A candidate is not a variant of params.yaml, so it reaches a process as its knob changes (JSON), checked
-there by the same rules, and runs as a variant named `candidate`.
+What a fresh process adds to a screening run is a clean allocator and compiler state, which the finalists get:
+**confirmation** repeats each in a fresh process, the bench stage's repeat mode with bench.steps, compiled as the
+candidate asks (whole-model by default). inductor's caches (FX graphs, autotuning, Triton kernels) live in one
+folder, `benchlab.core.stage_main.compile_cache()`, for every process of the search, later searches and the
+pipeline's stages, so a graph compiled once is not compiled again.
 """
 
 import json
-import logging
 import os
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
-from benchlab.core import locks, parent_watch
-from benchlab.core.errors import LabError
-from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core import locks
 from benchlab.core.params import Params
 from benchlab.core.record import compared_memory
+from benchlab.core.knobs import RunSettings
 from benchlab.run import launch, parity
 from benchlab.run.build_model import model_shape
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.env import environment, source_sha256
-from benchlab.run.hardware import device_facts, resolve_device
-from benchlab.run.harness import process_age_s
+from benchlab.run.hardware import resolve_device
 from benchlab.run.results import base_record, measured_record
-from benchlab.run.runner import RunRecord, release, train_once
-from benchlab.search import moves, strategy
+from benchlab.run.runner import RunRecord
+from benchlab.search import moves, strategy, worker
 from benchlab.search.journal import Run
-
-NAME = "candidate"
-# The loggers whose records a search keeps out of the terminal, and the variable naming their file for its children.
-LIBRARIES = ("torch", "torchao")
-LOG_ENV = "BENCHLAB_SEARCH_LOG"
-
-
-def libraries_to_log(path: str | Path) -> None:
-    """Send the libraries' log records (torchao's "Failed to load ... .so" for kernels this machine lacks, torch's
-    deprecation warnings) to the file at `path`, appended, not to the terminal: a search prints its own lines. The
-    processes the search starts inherit the path (LOG_ENV) and do the same."""
-    os.environ[LOG_ENV] = str(Path(path).resolve())
-    handler = logging.FileHandler(os.environ[LOG_ENV], encoding="utf-8", delay=True)
-    handler.setFormatter(logging.Formatter("%(asctime)s pid %(process)d %(name)s %(levelname)s: %(message)s"))
-    for name in LIBRARIES:
-        logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]  # torch installs its own handler on "torch", writing to stderr
-        logger.propagate = False
-
-
-def start_of(p: Params) -> RunSettings:
-    """The variant the search starts from (params load checks one the user set; this, the default)."""
-    if p.search.start not in p.variants:
-        raise LabError(f"search.start={p.search.start!r} is not valid; expected {', '.join(p.variants)}")
-    return p.variants[p.search.start]
-
-
-def with_candidate(p: Params, settings: RunSettings) -> Params:
-    """The params with the candidate as one more variant, named `candidate`."""
-    return replace(p, variants={**p.variants, NAME: settings})
-
-
-def read_candidate(p: Params, text: str, where: str) -> RunSettings:
-    """The candidate a parent sent, checked by the knobs' rules as the parent checked it."""
-    try:
-        settings = replace(start_of(p), **json.loads(text))
-    except (ValueError, TypeError) as err:
-        raise LabError(f"{where}: not a search candidate ({type(err).__name__}: {str(err)[:200]})") from None
-    reason = moves.rules_for(device_facts(resolve_device(p.device)), p.batch_size(settings))(settings)
-    if reason:
-        raise LabError(f"{where}: {reason}")
-    return settings
-
-
-def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path, steps: int | None = None) -> None:
-    """A fresh process's side: one bench run of the candidate (bench.steps, or `steps`), its record written for the
-    parent."""
-    if steps is not None:
-        p = replace(p, bench=replace(p.bench, steps=steps))
-    launch.one_repeat(with_candidate(p, read_candidate(p, candidate.read_text(), str(candidate))), NAME, data_dir,
-                      record_to)
-
-
-def serve(p: Params, data_dir: str) -> None:
-    """The screening worker: one candidate per line of stdin (its changes, JSON), one record per line of the
-    original stdout; progress and logs go to stderr."""
-    replies: IO[str] = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything printed now (progress bars, compiler logs) goes to stderr, not into the replies
-    device = resolve_device(p.device)
-    data = load_tokens(data_dir)
-    startup = process_age_s()
-    for line in sys.stdin:
-        rec = screen_one(p, line, data, device)
-        rec.startup_s, startup = startup, None  # the worker's start is paid by its first candidate
-        replies.write(rec.to_json() + "\n")
-        replies.flush()
-
-
-def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> RunRecord:
-    """One screening run in the worker; a candidate the rules or the run refuse is its record, not the worker's end."""
-    try:
-        settings = screening_settings(read_candidate(p, line, "the screening worker"), p.search.screen_compile_scope)
-        steps = p.bench.warmup_steps + p.search.screen_steps
-        return train_once(with_candidate(p, settings), settings, data, device, steps, p.bench.warmup_steps,
-                          keep_going=True)
-    except LabError as err:
-        return RunRecord(status="error", message=str(err))
-    finally:
-        torch._dynamo.reset()  # the next candidate compiles its own graphs (from the cache where it can)
-        release(device)
-
-
-def screening_settings(settings: RunSettings, scope: str) -> RunSettings:
-    """The candidate as a screening run compiles it: under search.screen_compile_scope=blocks each block on its own
-    (regional compilation), where the candidate compiles and its mode captures no CUDA graphs."""
-    if scope == "blocks" and settings.compile and settings.compile_mode not in CUDA_GRAPH_MODES:
-        return replace(settings, compile_scope="blocks")
-    return settings
-
-
-class Worker:
-    """The parent's handle on the screening worker: started on first use, started again after it dies."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen | None = None
-
-    def screen(self, changes: dict[str, Any]) -> RunRecord:
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "stages.search", self.data_dir, "--worker"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                         preexec_fn=parent_watch.die_with_parent)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(changes) + "\n")
-            self.proc.stdin.flush()
-            reply = self.proc.stdout.readline()
-        except BrokenPipeError:
-            reply = ""
-        if reply:
-            return RunRecord.from_json(reply)
-        code = self.proc.wait()
-        self.proc = None
-        if code in (2, 130, 143) or parent_watch.signalled():  # the user's error or a stop: the search cannot go on
-            raise LabError(f"the screening worker stopped (exit {code}); nothing more screened")
-        return RunRecord(status="error", message=f"the screening worker died (exit {code}) on this candidate")
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc = None
+from benchlab.search.worker import NAME, Worker, start_of, with_candidate
 
 
 def context(p: Params, device: torch.device) -> dict[str, Any]:
@@ -212,7 +73,8 @@ def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
     timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
     return {"startup_s": rec.startup_s, "build_s": rec.init_s, "apply_s": rec.apply_s, "warmup_s": rec.warmup_s,
             "timed_s": timed, "eval_s": rec.eval_s, "other_s": wall_s - sum(
-                v or 0 for v in (rec.startup_s, rec.init_s, rec.apply_s, rec.warmup_s, timed, rec.eval_s))}
+                v or 0 for v in (rec.startup_s, rec.init_s, rec.apply_s, rec.warmup_s, timed, rec.eval_s)),
+            "compile_hits": rec.compile_hits, "compile_misses": rec.compile_misses}
 
 
 class Runs:
@@ -223,6 +85,7 @@ class Runs:
         self.device = resolve_device(p.device)
         self.data: TokenData = load_tokens(data_dir)
         self.worker = Worker(data_dir)
+        self.compiled: set[RunSettings] = set()  # what this search's processes have compiled ahead
 
     def _run(self, cand: moves.Candidate, settings: RunSettings, rec: RunRecord, wall: float, what: str) -> Run:
         p = with_candidate(self.p, settings)
@@ -246,6 +109,25 @@ class Runs:
         with locks.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
             rec = self.worker.screen(dict(cand.changes))
         return self._run(cand, settings, rec, time.perf_counter() - began, "screened")
+
+    def prepare(self, batch: list[tuple[moves.Candidate, RunSettings]]) -> Run | None:
+        """Compile the batch's candidates ahead, at once (worker.precompile), where screening compiles by blocks on a
+        GPU and search.precompile_processes is not 0; each graph once. None where nothing was compiled."""
+        scope, processes = self.p.search.screen_compile_scope, self.p.search.precompile_processes
+        if self.device.type != "cuda" or processes == 0:
+            return None
+        todo = {key: cand for cand, settings in batch
+                if (key := worker.ahead(settings, scope)) is not None and key not in self.compiled}
+        if not todo:
+            return None
+        print(f"search: compiling {len(todo)} candidates ahead, {min(processes, len(todo))} at a time", flush=True)
+        with locks.device_lock(self.device, self.p.bench.lock, "search: compiling ahead"):
+            cost = worker.precompile(list(todo), self.data_dir, processes, os.cpu_count() or 1)
+        self.compiled |= set(todo)
+        print(f"search: compiled ahead in {cost['wall_s']:.1f} s" + (f", {cost['precompile_failed']} failed (they "
+              "compile when screened)" if cost["precompile_failed"] else ""), flush=True)
+        return Run("", {}, "", "ok", wall_s=cost.pop("wall_s"),
+                   extra={**cost, "candidates": [cand.name for cand in todo.values()]})
 
     def repeat(self, cand: moves.Candidate, settings: RunSettings, steps: int | None = None) -> Run:
         """One run in a fresh process: bench.steps, or `steps` (a CPU's screening run)."""

@@ -41,12 +41,18 @@ from typing import Any, Callable
 from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.budget import GOALS, Budget, Limits
+from benchlab.search.confirm import Confirmation
 from benchlab.search.front import EXPLORE, Effects, Explorer, point
-from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.moves import Candidate, Rules, changes_from, knob_values, moves, partner, space
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.moves import (FINALIST_ONLY, Candidate, Rules, changes_from, knob_values, moves, partner,
+                                   space)
 from benchlab.search.sampler import GLOBAL, Sampler
 
 Measure = Callable[[Candidate, RunSettings], Run]
+# Compile these candidates ahead of their screening runs, all at once (runs.Runs.prepare); the cost it paid, as a
+# run (phase precompile), or None where it compiled nothing.
+Prepare = Callable[[list[tuple[Candidate, RunSettings]]], "Run | None"]
+FINALIST = "finalist"  # the journal's phase for the finalist-only values' screening runs
 
 
 @dataclass(frozen=True)
@@ -57,12 +63,15 @@ class Warm:
     settings: RunSettings
 
 
-class Search:
+class Search(Confirmation):
     def __init__(self, start: RunSettings, rules: Rules, screen: Measure, repeat: Measure, judge: Measure,
                  journal: Journal, limits: Limits, batch: int, warm: list[Warm] | None = None,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, prepare: Prepare | None = None) -> None:
         self.start, self.rules, self.screen_run, self.repeat_run, self.judge = start, rules, screen, repeat, judge
         self.journal, self.limits, self.batch, self.warm, self.log = journal, limits, batch, warm or [], log
+        self.prepare_run = prepare
+        self.prepared: set[str] = set()  # the candidates this process has compiled ahead
+        self.held = tuple(FINALIST_ONLY) if limits.finalist_only else ()
         self.paths: dict[str, list[Run]] = {}
         self.tried: dict[str, list[Run]] = {}
         self.budget = Budget(journal, limits)
@@ -71,16 +80,16 @@ class Search:
 
     # ---- one candidate ----
 
-    def screen(self, cand: Candidate, phase: str, start: Run | None) -> Run | None:
+    def screen(self, cand: Candidate, phase: str, start: Run | None, cost_s: float | None = None) -> Run | None:
         """The candidate's screening run: from the journal (any screening phase), refused by the rules, or
-        measured now. None when the budget is spent."""
+        measured now. None when the budget (at `cost_s` for this run, or the median screening run's) is spent."""
         run = self.journal.screened(cand.name)
         if run is None:
             settings = cand.settings(self.start)
             reason = self.rules(settings)
             if reason:
                 run = self.journal.add(Run(cand.name, dict(cand.changes), phase, "refused", message=reason))
-            elif (start is not None and not self.budget.can_screen(start)) or \
+            elif (start is not None and not self.budget.can_screen(start, cost_s, phase == FINALIST)) or \
                     (start is None and self.journal.spent_s() >= self.limits.budget_s):
                 return None
             else:
@@ -96,6 +105,25 @@ class Search:
         run.name, run.changes, run.phase = key, dict(cand.changes), phase
         return self.journal.add(run)
 
+    def prepare(self, cands: list[Candidate], start: Run | None) -> None:
+        """Compile ahead, at once, the candidates about to be screened (each refused one as its partner), but those
+        screened already and those beyond the runs the budget has left; journaled as a precompile entry."""
+        if self.prepare_run is None:
+            return
+        todo: dict[str, Candidate] = {}
+        for cand in cands:
+            reason = self.rules(cand.settings(self.start))
+            cand = cand if reason is None else partner(cand, reason, self.start, self.rules)  # type: ignore[assignment]
+            if cand is not None and self.journal.screened(cand.name) is None and cand.name not in self.prepared:
+                todo.setdefault(cand.name, cand)
+        left = self.budget.runs_left(start) if start is not None else self.limits.max_candidates
+        batch = [(c, c.settings(self.start)) for c in list(todo.values())[:left]]
+        self.prepared |= {c.name for c, _ in batch}
+        run = self.prepare_run(batch) if batch else None
+        if run is not None:
+            number = 1 + sum(1 for phase, _ in self.journal.runs if phase == PRECOMPILE)
+            self.record(run, Candidate(), PRECOMPILE, f"batch {number}")
+
     def screen_or_partner(self, cand: Candidate, phase: str, start: Run) -> list[Run]:
         """Screen a move; a refused one is retried with the partner its refusal names."""
         run = self.screen(cand, phase, start)
@@ -110,10 +138,14 @@ class Search:
     # ---- the phases ----
 
     def run(self) -> dict[str, Any]:
+        known = [c for w in self.warm if (c := changes_from(self.start, w.settings)) is not None]
+        first = [m for goal in GOALS for m in moves(Candidate(), self.start, goal, self.batch, self.held)]
+        self.prepare([Candidate(), *known, *([] if known else first)], None)  # cold: the moves around the start too
         start = self.screen(Candidate(), "warm", None)
         if start is None or start.status != "ok":
             why = "the budget allowed no run" if start is None else f"{start.status}: {start.message}"
             return {"status": "failed", "message": f"the start itself did not run ({why})"}
+        confirmed = self.confirmed_start(start)  # first: a fresh process's cost is then measured, not guessed
         self.log(self.budget.plan_line(start))
         warm = [start]
         for known in self.warm:
@@ -125,23 +157,14 @@ class Search:
         explored = self.explore(start)
         explored += self.sample(start)
         ranked = {goal: self.finalists(goal, start, ranked[goal] + explored) for goal in GOALS}
-        start = self.confirmed_start(start)
+        ranked["fastest"] = self.finalists("fastest", start, ranked["fastest"] + self.finalist_values(start, ranked))
+        start = confirmed
         answers = self.undominated({goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS})
         for goal in GOALS:
             if answers[goal].get("name") and self.journal.get("found", goal) is None:
                 settings = Candidate(tuple(answers[goal]["changes"].items())).settings(self.start)
                 self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
         return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front(start)}
-
-    @staticmethod
-    def undominated(answers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """The answers, lean replaced by fastest's where fastest (which passed parity too) beats it on both figures:
-        as fast or faster, and as lean or leaner."""
-        fast, lean = answers.get("fastest") or {}, answers.get("lean") or {}
-        if fast.get("name") and lean.get("name") and fast["name"] != lean["name"] and pareto.beats(
-                (fast["tokens_per_sec"], fast["peak_mem_mb"]), (lean["tokens_per_sec"], lean["peak_mem_mb"])):
-            return {**answers, "lean": dict(fast)}
-        return answers
 
     def tie(self) -> float:
         """The measured spread of a screening run's speed, as a share (the median over the runs that record it):
@@ -168,7 +191,9 @@ class Search:
         base = max(points, key=lambda r: self.score(goal, r)) if points else start
         base_cand = Candidate(tuple(base.changes.items()))
         tried: list[Run] = []
-        for cand in moves(base_cand, self.start, goal, self.batch):
+        goal_moves = moves(base_cand, self.start, goal, self.batch, self.held)
+        self.prepare(goal_moves, start)
+        for cand in goal_moves:
             tried += self.screen_or_partner(cand, "moves", start)
         better = sorted((r for r in tried if self.eligible(goal, r, start) and self.score(goal, r) > self.score(goal, base)),
                         key=lambda r: self.score(goal, r), reverse=True)
@@ -223,13 +248,14 @@ class Search:
         """The exploration of the front, from the screening runs met so far (the same on a resumed search: its own
         runs come from the journal as it asks for them again, in the order it first made them)."""
         return Explorer(list(self.order), lambda cand: self.screen(cand, EXPLORE, start), self.start, self.rules,
-                        self.batch, self.floor_tps(start), self.log, self.tie()).run()
+                        self.batch, self.floor_tps(start), self.log, self.tie(), self.held,
+                        lambda cands: self.prepare(cands, start)).run()
 
     def sample(self, start: Run) -> list[Run]:
         """The global phase (sampler.py) while the budget lasts: each proposal screened; one that joins the front
         starts another exploration around it. Ends when the budget does, or when every configuration the rules
         allow has been measured."""
-        sampler = Sampler(space(self.batch), self.start, self.rules, self.floor_tps(start), self.limits.seed)
+        sampler = Sampler(space(self.batch, self.held), self.start, self.rules, self.floor_tps(start), self.limits.seed)
         out: list[Run] = []
         self.log("search: global phase: Optuna's TPE, seeded with the "
                  f"{sum(1 for r in self.order if r.status != 'refused')} runs so far")
@@ -245,6 +271,23 @@ class Search:
             out.append(run)
             if run in pareto.front(self.order, point, self.floor_tps(start), self.tie()):
                 out += self.explore(start)
+
+    def finalist_values(self, start: Run, ranked: dict[str, list[Run]]) -> list[Run]:
+        """moves.FINALIST_ONLY's values (CUDA graphs, max-autotune), each tried on the fastest finalist where its
+        cost (a multiple of a fresh whole-model run's) fits the budget: screened there alone, never on every
+        candidate."""
+        top = ranked["fastest"][:1]
+        out: list[Run] = []
+        for (knob, value), factor in (FINALIST_ONLY.items() if self.held and top else ()):
+            cand = Candidate(tuple(top[0].changes.items())).plus((knob, value))
+            if cand.name == top[0].name or self.rules(cand.settings(self.start)) is not None:
+                continue
+            run = self.screen(cand, FINALIST, start, cost_s=factor * self.budget.fresh_s(start))
+            if run is not None:
+                out.append(run)
+                self.log(f"search: finalist {cand.name}: " + (f"{float(run.tokens_per_sec or 0) / float(top[0].tokens_per_sec or 1):.3f}x "
+                         f"the finalist without it" if run.status == "ok" else run.status))
+        return out
 
     def floor_tps(self, start: Run) -> float:
         return self.limits.lean_floor * float(start.tokens_per_sec or 0)
@@ -266,53 +309,6 @@ class Search:
         """Larger is better: tokens/s for fastest, then less memory; less peak memory for lean, then tokens/s."""
         tps, mem = float(run.tokens_per_sec or 0), -float(run.peak_mem_mb or 0)
         return (tps, mem) if goal == "fastest" else (mem, tps)
-
-    def repeats_of(self, cand: Candidate) -> list[Run]:
-        """The candidate's fresh-process repeats, from the journal or run now."""
-        out = []
-        for i in range(self.limits.repeats):
-            key = f"{cand.name}#{i + 1}"
-            again = self.journal.get("confirm", key)
-            out.append(again or self.record(self.repeat_run(cand, cand.settings(self.start)), cand, "confirm", key))
-        return out
-
-    def confirmed_start(self, start: Run) -> Run:
-        """The start as its answers are compared with it: the median of its own fresh-process repeats (its
-        screening run where there are none), so a ratio never sets a screening run against a fresh process."""
-        ok = [r for r in self.repeats_of(Candidate()) if r.status == "ok"]
-        if not ok:
-            return start
-        return replace(start, tokens_per_sec=statistics.median(float(r.tokens_per_sec or 0) for r in ok),
-                       peak_mem_mb=max(float(r.peak_mem_mb or 0) for r in ok))
-
-    def confirm(self, goal: str, start: Run, ranked: list[Run]) -> dict[str, Any]:
-        """Repeat the best runs in fresh processes, rank them by the repeats' median, give the first that passes
-        parity."""
-        confirmed = []
-        for run in ranked:
-            cand = Candidate(tuple(run.changes.items()))
-            repeats = self.repeats_of(cand)
-            ok = [r for r in repeats if r.status == "ok"] if repeats else [run]
-            if len(ok) < max(1, len(repeats)):
-                continue
-            tps = statistics.median(float(r.tokens_per_sec or 0) for r in ok)
-            mem = max(float(r.peak_mem_mb or 0) for r in ok)
-            floor = self.limits.lean_floor * float(start.tokens_per_sec or 0) if goal == "lean" else 0.0
-            if tps >= floor:
-                confirmed.append((cand, tps, mem))
-        confirmed.sort(key=lambda c: (-c[1], c[2]) if goal == "fastest" else (c[2], -c[1]))
-        for cand, tps, mem in confirmed:
-            verdict = self.verdict(cand)
-            if verdict.passed:
-                return {"name": cand.name, "changes": dict(cand.changes), "tokens_per_sec": tps, "peak_mem_mb": mem,
-                        "ratio_to_start": tps / float(start.tokens_per_sec or 1), "parity": verdict.message}
-        return {"name": None, "message": f"none of the {len(confirmed)} confirmed candidates passed parity"
-                if confirmed else "no candidate was confirmed"}
-
-    def verdict(self, cand: Candidate) -> Run:
-        """The candidate's parity verdict, from the journal or judged now."""
-        done = self.journal.get("parity", cand.name)
-        return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
 
 
 def _median(values: list[float]) -> float:
