@@ -649,14 +649,15 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     # the start, the warm start, then the first fastest move in the knob table's order around the faster of the
     # two (on a CPU sdpa and the math attention are within noise of each other); fp16 is refused on a CPU
     screened = [line.split(": ")[-1] for line in said if " #" in line]
-    assert screened[:2] == ["start", "attention=sdpa"] and len(screened) == 3, screened
-    assert screened[2] in ("precision=tf32", "precision=tf32+attention=sdpa"), screened
+    # (the budget keeps a run for the finalist's CUDA graphs, so a third screening run fits only on a fast machine)
+    assert screened[:2] == ["start", "attention=sdpa"] and len(screened) in (2, 3), screened
+    assert screened[2:] in ([], ["precision=tf32"], ["precision=tf32+attention=sdpa"]), screened
     out = workdir / "out"
     assert sorted(p.name for p in out.iterdir()) == ["candidates.csv", "found.yaml", "front.csv", "front.png",
                                                      "journal.jsonl", "report.md"]
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     phases = [e["phase"] for e in journal]
-    assert phases[:2] == ["warm", "warm"] and "confirm" in phases and "parity" in phases and "found" in phases
+    assert phases[:3] == ["warm", "confirm", "warm"] and "parity" in phases and "found" in phases
     assert all(e["context"]["model"] == "tiny" and e["context"]["device"] for e in journal)
     rows = list(csv.DictReader((out / "candidates.csv").read_text().splitlines()))
     assert tuple(rows[0]) == report.CSV_COLUMNS and rows[0]["name"] == "start"
@@ -666,7 +667,7 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     front = list(csv.DictReader((out / "front.csv").read_text().splitlines()))
     assert front and tuple(front[0]) == report.FRONT_COLUMNS
     summary = json.loads((workdir / "search.json").read_text())
-    assert summary["runs"] == 3 and summary["start_tokens_per_sec"] > 0 and summary["front_points"] == len(front)
+    assert summary["runs"] == len(screened) and summary["start_tokens_per_sec"] > 0 and summary["front_points"] == len(front)
     assert summary["spent_s"] > 0 and summary["screening_run_s_median"] > 0
     found = yaml.safe_load((out / "found.yaml").read_text())["variants"]
     assert set(found) == {"fastest_tiny", "lean_tiny"}

@@ -71,18 +71,21 @@ def generate(out: str | Path, target_bytes: int, text_field: str,
     """Write the corpus as JSON lines to `out`, taking sources in order until `target_bytes` of text; its record."""
     roots = source_roots() if roots is None else roots
     taken, size = 0, 0
-    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for name, path in ordered_sources(roots):
-            if size >= target_bytes:
-                break
-            text = document(path)
-            if text is None:
-                continue
-            f.write(json.dumps({text_field: text}, ensure_ascii=False) + "\n")
-            taken, size = taken + 1, size + len(text.encode("utf-8"))
+    with atomic_path(out) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for name, path in ordered_sources(roots):
+                if size >= target_bytes:
+                    break
+                text = document(path)
+                if text is None:
+                    continue
+                f.write(json.dumps({text_field: text}, ensure_ascii=False) + "\n")
+                taken, size = taken + 1, size + len(text.encode("utf-8"))
         if size < target_bytes:  # inside the block: the partial file is never renamed into place
             raise LabError(f"python_corpus.bytes={target_bytes} is more than this install's {size} bytes of .py, .txt "
                            f"and .rst text under {', '.join(str(r) for _, r in roots)}; set at most {size}")
-    return {"documents": taken, "text_bytes": size, "file_bytes": Path(out).stat().st_size,
-            "sha256": file_sha256(out), "python": platform.python_version(),
+        # read where it was written: a stage's output is moved into place only when the stage ends (commit_outputs)
+        written, sha256 = Path(tmp).stat().st_size, file_sha256(tmp)
+    return {"documents": taken, "text_bytes": size, "file_bytes": written, "sha256": sha256,
+            "python": platform.python_version(),
             "roots": [f"{label}: {root}" for label, root in roots]}
