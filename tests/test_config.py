@@ -598,6 +598,7 @@ def test_each_section_check_accepts_its_boundary(override: dict) -> None:
     ("max_candidates", 0, "search.max_candidates=0 is not valid; expected 1 or more"),
     ("confirm", 0, "search.confirm=0 is not valid; expected 1 or more"),
     ("repeats", -1, "search.repeats=-1 is not valid; expected 0 or more"),
+    ("precompile_processes", -1, "search.precompile_processes=-1 is not valid; expected 0 (none) or more, e.g. 8"),
     ("screen_steps", 0, "search.screen_steps=0 is not valid; expected 2 or more timed steps"),
     ("lean_floor", 1.5, "search.lean_floor=1.5 is not valid; expected a fraction in (0, 1]"),
     ("budget", 60, "search.budget"),
