@@ -27,7 +27,8 @@ from typing import Any, get_args, get_type_hints
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchlab.analysis.folder_report import folder_params  # noqa: E402
-from benchlab.core.knobs import RunSettings, applied_at  # noqa: E402  (the knob table
+from benchlab.core.knob_row import applied_at
+from benchlab.core.knobs import RunSettings  # noqa: E402  (the knob table
 from benchlab.core.params import AggregateParams  # noqa: E402  (the baselines' defaults
 from benchlab.core.record import RESERVED, RSS, Memory, Result, ratio_reference  # noqa: E402
 
@@ -68,7 +69,7 @@ def math_mark(name: str, changes: bool | tuple) -> str:
 
 def knobs_table() -> str:
     """One row per field of RunSettings: values, default, what it does, where apply applies it (numbered by the
-    place of its step in benchlab.core.knobs.STEPS), where it is skipped."""
+    place of its step in benchlab.core.knob_row.STEPS), where it is skipped."""
     hints = get_type_hints(RunSettings)
     rows = ["| knob | values | default | what it does | applied at | skipped where |",
             "| --- | --- | --- | --- | --- | --- |"]

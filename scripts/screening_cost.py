@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchlab.core.params import load_params  # noqa: E402
+from benchlab.core.record import ALLOCATED
 from benchlab.search import runs, worker  # noqa: E402
 
 # The start and four one-change candidates whose block or head graphs differ: each a compilation of its own.
@@ -56,7 +57,7 @@ def one_way(way: str, data_dir: str, cache: Path, candidates: list[dict[str, Any
             row = {"candidate": worker.moves.Candidate(tuple(changes.items())).name, "status": rec.status,
                    "message": rec.message[:300], "wall_s": wall,
                    "tokens_per_sec": tokens / (statistics.median(timed) / 1000) if timed else None,
-                   "peak_allocated_mb": rec.memory.get("peak_mem_allocated_mb"), **runs.breakdown(rec, wall)}
+                   "peak_allocated_mb": rec.memory.get(ALLOCATED), **runs.breakdown(rec, wall)}
             out["runs"].append(row)
             print(f"{way}: {row['candidate']}: {rec.status}, {wall:.1f} s wall, warm-up {rec.warmup_s or 0:.1f} s, "
                   f"{row['tokens_per_sec'] or 0:,.0f} tokens/s, cache {rec.compile_hits} hits / "

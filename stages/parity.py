@@ -16,6 +16,7 @@ from pathlib import Path
 from benchlab.core import locks
 from benchlab.run import launch, parity
 from benchlab.core.params import load_params, variant_from
+from benchlab.core.record import REFERENCE_SEEDS
 from benchlab.run.data import load_tokens
 from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
@@ -34,12 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     p = load_params()
     reference = args.reference or os.environ.get("DVC_STAGE", "").endswith("parity_reference")
-    name = parity.REFERENCE_NAME if reference else variant_from(args.variant, os.environ.get("DVC_STAGE"), p, "parity")
+    name = REFERENCE_SEEDS if reference else variant_from(args.variant, os.environ.get("DVC_STAGE"), p, "parity")
     if not reference and name not in p.parity.variants:
         raise LabError(f"variant {name!r} is not in parity.variants; valid: {', '.join(p.parity.variants) or '(none)'}")
     record, curve = Path(args.record_dir) / f"{name}.json", Path(args.curve_dir) / f"{name}.csv"
     claim_outputs(record, curve)
-    ref = None if reference else parity.read_reference(Path(args.record_dir) / f"{parity.REFERENCE_NAME}.json")
+    ref = None if reference else parity.read_reference(Path(args.record_dir) / f"{REFERENCE_SEEDS}.json")
     if ref is not None:
         parity.check_reference(p, ref)
     data, device = load_tokens(args.data_dir), resolve_device(p.device)

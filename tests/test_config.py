@@ -10,13 +10,12 @@ import pytest
 import yaml
 
 from benchlab.core.errors import LabError
+from benchlab.core.knob_row import STEPS, applied_at, knob
 from benchlab.core.knobs import (
     KNOBS,
-    STEPS,
+    TOP_LEVEL_KNOBS,
     RunSettings,
-    applied_at,
     check_combination,
-    knob,
     knobs_in_group,
     searched,
     unoptimized,
@@ -39,10 +38,21 @@ H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True
 
 
 def refused(message: str, **knobs: object) -> None:
-    """params.yaml with these top-level knobs is refused when it loads, with exactly this message."""
+    """params.yaml with these knobs (`with_knobs`) is refused when it loads, with exactly this message after the
+    variant's prefix."""
     with pytest.raises(LabError) as err:
-        parse_params(micro_params(**knobs))
-    assert str(err.value) == message
+        parse_params(with_knobs(**knobs))
+    assert str(err.value).removeprefix("variants.mine.") == message
+
+
+def with_knobs(**knobs: object) -> dict:
+    """params.yaml with these knobs at the top level where the train stage honours them all, else in a variant
+    (`variants.mine`: the knobs of a run over several processes are a variant's alone)."""
+    if set(knobs) <= set(TOP_LEVEL_KNOBS):
+        return micro_params(**knobs)
+    data = micro_params()
+    data["variants"]["mine"] = knobs
+    return data
 
 
 # --- the knob table's rows --------------------------------------------------------------------------------------
@@ -69,7 +79,7 @@ def test_a_knobs_steps_are_numbered_by_their_place_in_apply_s_order() -> None:
 
 
 def test_each_knob_declares_its_group_whether_it_is_searched_and_its_unoptimized_value() -> None:
-    # summary.PARALLEL_KNOBS is the parallel group; the search reads `searched` and `unoptimized`.
+    # scaling.PARALLEL_KNOBS is the parallel group; the search reads `searched` and `unoptimized`.
     assert knobs_in_group("parallel") == ("parallel", "nproc", "ddp_bucket_mb", "ddp_grad_as_bucket_view",
                                           "ddp_comm_hook", "fsdp_reshard_after_forward", "fsdp_param_dtype",
                                           "fsdp_blocks_per_unit", "nccl_max_ctas")
@@ -255,7 +265,6 @@ def test_stochastic_rounding_needs_torchao_and_a_compiler() -> None:
     ({"weight_dtype": "fp16"}, "weight_dtype='fp16' is not valid; expected one of: fp32, bf16"),
     ({"optimizer": "sgd"}, "optimizer='sgd' is not valid; expected one of: adamw, adamw_fused, adamw_compiled, "
                            "adamw_8bit, adamw_bf16_sr"),
-    ({"batch_size": 8}, "batch_size=... at the top level is not valid; set train.batch_size"),
     ({"nccl_max_ctas": -1}, "nccl_max_ctas=-1 is not valid; expected 0 (NCCL's choice) or a positive count"),
     ({"fsdp_blocks_per_unit": -2}, "fsdp_blocks_per_unit=-2 is not valid; expected 0 (the whole model in the root "
                                    "unit) or a positive count of blocks"),
@@ -273,7 +282,8 @@ def test_stochastic_rounding_needs_torchao_and_a_compiler() -> None:
 ])
 def test_impossible_knob_values_are_refused_with_the_key(overrides: dict, message: str) -> None:
     with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        parse_params(micro_params(**overrides))
+        parse_params(with_knobs(**overrides))
+
 
 
 def test_a_bad_knob_in_a_variant_names_the_variant() -> None:
@@ -288,8 +298,9 @@ def test_bf16_weights_need_bf16_matmuls_and_no_fsdp2() -> None:
         with pytest.raises(LabError, match=f"precision='{precision}' is not valid; expected bf16 with weight_dtype=bf16"):
             parse_params(micro_params(weight_dtype="bf16", precision=precision))
     with pytest.raises(LabError, match="parallel='fsdp2' is not valid; expected none or ddp with weight_dtype=bf16"):
-        parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="fsdp2", nproc=2))
-    assert parse_params(micro_params(weight_dtype="bf16", precision="bf16", parallel="ddp", nproc=2)).run.weight_dtype == "bf16"
+        parse_params(with_knobs(weight_dtype="bf16", precision="bf16", parallel="fsdp2", nproc=2))
+    ddp = parse_params(with_knobs(weight_dtype="bf16", precision="bf16", parallel="ddp", nproc=2)).variants["mine"]
+    assert ddp.weight_dtype == "bf16"
 
 
 def test_the_compiled_update_needs_compile_and_neither_fp16_nor_fsdp2() -> None:
@@ -304,7 +315,8 @@ def test_the_compiled_update_needs_compile_and_neither_fp16_nor_fsdp2() -> None:
     graphed = parse_params(micro_params(optimizer="adamw_compiled", compile=True, compile_mode="reduce-overhead",
                                         precision="bf16"))
     assert graphed.run.optimizer == "adamw_compiled"
-    assert parse_params(micro_params(optimizer="adamw_compiled", compile=True, parallel="ddp", nproc=2)).run.parallel == "ddp"
+    ddp = parse_params(with_knobs(optimizer="adamw_compiled", compile=True, parallel="ddp", nproc=2)).variants["mine"]
+    assert ddp.parallel == "ddp"
 
 
 def test_stochastic_rounding_needs_bf16_weights() -> None:
@@ -324,7 +336,7 @@ def test_fused_clip_needs_the_fused_kernel_and_its_grad_scale_free() -> None:
             fused_clip=True, optimizer="adamw_fused", precision="fp16")
     refused("parallel='fsdp2' is not valid; expected none or ddp with fused_clip=true (not wired for fsdp2's sharded "
             "gradients; or set fused_clip=false)", fused_clip=True, optimizer="adamw_fused", parallel="fsdp2", nproc=2)
-    clipped = parse_params(micro_params(fused_clip=True, optimizer="adamw_fused", parallel="ddp", nproc=2)).run
+    clipped = parse_params(with_knobs(fused_clip=True, optimizer="adamw_fused", parallel="ddp", nproc=2)).variants["mine"]
     assert clipped.fused_clip and clipped.optimizer == "adamw_fused"
 
 
@@ -767,9 +779,9 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     ("TrainParams", {"steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
     ("TrainParams", {"batch_size": 1, "block_size": 1, "steps": 1}, None),
     ("TrainParams", {"lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
-    ("TrainParams", {"min_lr": -0.1}, "train.min_lr=-0.1 is not valid; expected between 0 and train.lr=0.001"),
-    ("TrainParams", {"min_lr": 2e-3}, "train.min_lr=0.002 is not valid; expected between 0 and train.lr=0.001"),
-    ("TrainParams", {"min_lr": 1e-3}, None),
+    ("TrainParams", {"min_lr": -0.1}, "train.min_lr=-0.1 is not valid; expected between 0 and train.lr=0.002"),
+    ("TrainParams", {"min_lr": 3e-3}, "train.min_lr=0.003 is not valid; expected between 0 and train.lr=0.002"),
+    ("TrainParams", {"min_lr": 2e-3}, None),
     ("TrainParams", {"lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
     ("TrainParams", {"weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
     ("TrainParams", {"grad_clip": -0.1}, "train.grad_clip=-0.1 is not valid; expected 0 (off) or more"),
@@ -792,7 +804,7 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     ("ProfileParams", {"steps": 1}, None),
     ("ParityParams", {"steps": 1, "tail_steps": 1}, "parity.steps=1 is not valid; expected 2 or more"),
     ("ParityParams", {"steps": 2, "tail_steps": 2}, None),
-    ("ParityParams", {"tail_steps": 0}, "parity.tail_steps=0 is not valid; expected between 1 and parity.steps=150"),
+    ("ParityParams", {"tail_steps": 0}, "parity.tail_steps=0 is not valid; expected between 1 and parity.steps=60"),
     ("ParityParams", {"steps": 10, "tail_steps": 11}, "parity.tail_steps=11 is not valid; expected between 1 and "
                                                       "parity.steps=10"),
     ("ParityParams", {"tail_steps": 1}, None),
@@ -844,9 +856,10 @@ def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> No
         ([1], "params.yaml must be a mapping, got [1]"),
         ({**data, "presets": {**data["presets"], "gpt2_124m": {"train": {"lr": "x"}}}},
          "presets.gpt2_124m: train.lr='x' is not valid; expected a number"),
-        ({**data, "batch_size": 4}, "batch_size=... at the top level is not valid; set train.batch_size (variants set "
+        ({**data, "batch_size": 4}, "batch_size=4 at the top level is not valid; set train.batch_size (variants set "
                                     "batch_size)"),
-        ({**data, "run": {}}, f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}"),
+        ({**data, "run": {}}, ("unknown key 'run'; set the train stage's knobs at the top level: "
+                               f"{', '.join(TOP_LEVEL_KNOBS)}")),
         ({**data, "variants": {**data["variants"], "x": {"batch_size": "a"}}},
          "variants.x.batch_size='a' is not valid; expected an integer"),  # an optional field names its own key
         (micro_params(train__nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
@@ -876,7 +889,7 @@ def test_an_unknown_top_level_key_lists_every_valid_one_sorted() -> None:
     assert head == "unknown key 'nope'" and keys == sorted(keys)
     assert {"preset", "presets", "train", "variants", "device", "seed", "compile", "precision"} <= set(keys)
     assert "batch_size" not in keys and "run" not in keys and len(keys) == len(set(keys))
-    assert set(KNOBS) - {"batch_size"} <= set(keys)
+    assert set(TOP_LEVEL_KNOBS) <= set(keys) and not {"parallel", "nproc"} & set(keys)
 
 
 def test_a_section_is_a_mapping_or_empty() -> None:

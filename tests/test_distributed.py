@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from benchlab.analysis.summary import scaling
+from benchlab.analysis.scaling import scaling
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import unsupported_reason
 from benchlab.core.params import RunSettings, parse_params

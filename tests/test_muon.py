@@ -6,8 +6,8 @@ import torch
 
 from benchlab.core.knobs import RunSettings
 from benchlab.core.sections import TrainParams
-from benchlab.run.apply_knobs import make_optimizer, set_lr
 from benchlab.run.muon import MuonAdamW
+from benchlab.run.optimizers import make_optimizer, set_lr
 from benchlab.run.schedule import muon_momentum
 from model.gpt import GPT, GPTConfig
 

@@ -1,6 +1,7 @@
 """`benchlab.run.apply_knobs`: apply takes its steps in the order the knob table numbers them, and what is applied is
 applied (the optimizer each knob value makes, checkpointing, float8, autocast, clipping, bf16 weights)."""
 
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -13,26 +14,26 @@ import torch._functorch.config
 
 from benchlab.core.errors import LabError
 from benchlab.core.files import atomic_path, write_json
-from benchlab.core.knobs import STEPS, Optimizer, RunSettings
+from benchlab.core.knob_row import STEPS
+from benchlab.core.knobs import Optimizer, RunSettings
 from benchlab.core.sections import TrainParams
 from benchlab.run import apply_knobs, hardware
-from benchlab.run.apply_knobs import apply, make_optimizer, set_lr, to_float8
+from benchlab.run.apply_knobs import apply, to_float8
 from benchlab.run.hardware import device_facts
+from benchlab.run.optimizers import make_optimizer, set_lr
 from benchlab.run.runner import train_step
 from model.gpt import GPT, GPTConfig
-
-# The function of `optimize` that takes each step of STEPS after the constructor's, as `apply` calls it.
-STEP_FUNCTIONS = {"placement": "place", "matmul_flags": "set_tf32", "float8": "to_float8",
-                  "checkpointing": "checkpoint_blocks", "parallel": "parallelize", "loss_head": "loss_head",
-                  "optimizer": "make_optimizer", "autocast": "make_scaler"}
+from tests.conftest import ROOT
 
 
 def test_apply_takes_its_steps_in_the_order_the_knob_table_numbers_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The table's "applied at" numbers are places in STEPS; apply must call each step's function in that order.
-    assert list(STEP_FUNCTIONS) == list(STEPS[1:])
+    # The table's "applied at" numbers are places in STEPS; apply must call each step's function (its
+    # STEP_FUNCTIONS, which name the steps of STEPS on import) in that order.
+    names = {step: function.__name__ for step, function in apply_knobs.STEP_FUNCTIONS.items()}
+    assert tuple(names) == STEPS[1:]
     called: list[str] = []
     monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
-    for step, name in STEP_FUNCTIONS.items():
+    for name in names.values():
         real = getattr(apply_knobs, name)
 
         def spy(*args: Any, _name: str = name, _real: Callable = real, **kwargs: Any) -> Any:
@@ -42,7 +43,13 @@ def test_apply_takes_its_steps_in_the_order_the_knob_table_numbers_them(monkeypa
         monkeypatch.setattr(apply_knobs, name, spy)
     every_step = RunSettings(fp8="blocks", activation_checkpointing="full")
     apply(_tiny(), every_step, torch.device("cpu"), TrainParams())
-    assert called == [STEP_FUNCTIONS[step] for step in STEPS[1:]]
+    assert called == [names[step] for step in STEPS[1:]]
+
+
+def test_the_architecture_diagram_numbers_apply_s_steps_and_their_functions_as_the_code_does() -> None:
+    diagram = re.findall(r"^\|\s+(\d+)\. (\w+)\s+(\w+)", (ROOT / "docs/architecture.md").read_text(), re.MULTILINE)
+    assert diagram == [(str(i), step, apply_knobs.STEP_FUNCTIONS[step].__name__)
+                       for i, step in enumerate(STEPS) if i > 0]
 
 
 def test_device_facts_of_the_cpu() -> None:

@@ -2,10 +2,14 @@
 its fallbacks, and the metric key lists, each decided once for every reader of results."""
 
 import pytest
+import yaml
 
 from benchlab.core.record import (
     ALLOCATED,
+    ALLOCATED_COMPARABLE,
+    MEMORY_KEYS,
     METRIC_KEYS,
+    REFERENCE_SEEDS,
     RESERVED,
     RSS,
     SUMMARY_KEYS,
@@ -16,6 +20,7 @@ from benchlab.core.record import (
     ratio_reference,
     tail_loss,
 )
+from tests.conftest import ROOT
 
 GPU = {"peak_mem_allocated_mb": 900.0, "peak_mem_reserved_mb": 1200.0, "peak_rss_mb": None,
        "peak_mem_allocated_comparable": True}
@@ -92,3 +97,20 @@ def test_the_metric_lists_share_the_measured_figures_and_part_where_they_must() 
     assert "speedup_x" in SUMMARY_KEYS and "speedup_x" not in METRIC_KEYS  # a ratio needs the other rows
     assert "final_train_loss" in METRIC_KEYS and "final_train_loss" not in SUMMARY_KEYS
     assert len(set(METRIC_KEYS)) == len(METRIC_KEYS) and len(set(SUMMARY_KEYS)) == len(SUMMARY_KEYS)
+
+
+def test_the_names_decided_here_are_spelled_nowhere_else_in_benchlab() -> None:
+    # The memory keys and the parity reference's file name: the harness and the run's record write them, the summary,
+    # the report and the parity stage read them, all through these constants.
+    names = [*MEMORY_KEYS, ALLOCATED_COMPARABLE, REFERENCE_SEEDS]
+    spelled = {str(path.relative_to(ROOT)): [n for n in names if f'"{n}"' in path.read_text()]
+               for path in (ROOT / "benchlab").rglob("*.py") if path != ROOT / "benchlab/core/record.py"}
+    assert {path: found for path, found in spelled.items() if found} == {}
+
+
+def test_the_parity_stages_write_and_read_the_reference_s_files_by_that_name() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    record, curve = f"metrics/parity/{REFERENCE_SEEDS}.json", f"plots/parity/{REFERENCE_SEEDS}.csv"
+    assert [next(iter(out)) for out in stages["parity_reference"]["outs"]] == [record]
+    assert [next(iter(plot)) for plot in stages["parity_reference"]["plots"]] == [curve]
+    assert record in stages["parity"]["do"]["deps"]

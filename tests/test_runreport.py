@@ -12,7 +12,6 @@ import yaml
 
 from benchlab.analysis.folder_report import folder_report
 from benchlab.analysis.folder_report import main as runreport_main
-from benchlab.analysis.run_report import profile_summary
 from benchlab.core.errors import LabError
 from stages import aggregate
 from tests.conftest import ROOT, micro_params
@@ -247,16 +246,6 @@ def test_a_committed_results_folder_gets_its_report(tmp_path: Path) -> None:
     recorded = json.loads((folder / "metrics/variants/fastest.json").read_text())
     assert f"{recorded['tokens_per_sec']:,.0f}" in table_row(report, "fastest")[3]
     assert "Every variant: not recorded: the record predates power measurement." in report
-
-
-def test_profile_summary_reads_families_or_a_cpu_profiles_top_ops() -> None:
-    header, families, ops = profile_summary(KERNELS)
-    assert header == "gpt2_124m, batch 16 x 1024, 2 traced steps after 6 warm-up steps"
-    assert families == {"matmul": (16.30, 53.2), "attention": (3.71, 12.1)} and ops == []
-    cpu = ("# recipe: top ops by self CPU time\n\ntiny, batch 16 x 128, 3 traced steps.\n\n"
-           "| op | calls per step | self CPU ms per step | share % |\n| --- | --- | --- | --- |\n"
-           "| `aten::mm` | 27.0 | 8.508 | 17.5 |\n")
-    assert profile_summary(cpu) == ("tiny, batch 16 x 128, 3 traced steps", {}, ["`aten::mm` 17.5%"])
 
 
 def test_the_parity_section_says_whether_the_tolerance_can_judge() -> None:

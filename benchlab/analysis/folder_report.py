@@ -18,9 +18,9 @@ from benchlab.analysis.run_report import RunFiles, write_run_report
 from benchlab.core import presets
 from benchlab.core.errors import LabError
 from benchlab.core.old_names import from_old_knobs
-from benchlab.core.params import read_yaml
 from benchlab.core.sections import AggregateParams
 from benchlab.core.stage_main import run_main
+from benchlab.core.yaml_files import read_yaml
 
 
 def folder_params(folder: Path) -> dict[str, Any]:

@@ -9,10 +9,6 @@ from benchlab.core.errors import LabError
 
 SOURCE_KEY = "provenance.source_sha256"
 
-
-REFERENCE_SEEDS = "reference-seeds"  # metrics/parity/reference-seeds.json: the reference trained with two seeds
-
-
 ENV_KEYS = ("env.gpu", "env.driver", "env.cuda", "env.torch", "env.python", "env.cpu", "env.torch_threads")
 
 
@@ -33,7 +29,7 @@ def load_results(result_dir: str | Path, names: list[str]) -> list[dict[str, Any
 
 
 def load_parity(parity_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The parity stages' records by variant, the reference's two-seed record under REFERENCE_SEEDS; empty where
+    """The parity stages' records by variant, the reference's two-seed record under record.REFERENCE_SEEDS; empty where
     the folder is missing or empty (a run without parity stages)."""
     out = {}
     for path in sorted(Path(parity_dir).glob("*.json")):

@@ -6,7 +6,6 @@ from them (a ratio, a unit); a figure the files lack is a dash.
 """
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,9 +14,11 @@ from typing import Any
 
 from benchlab.analysis.plot_style import by_reserved, grouped, memory_of
 from benchlab.analysis.plots import make_plots
-from benchlab.analysis.records import REFERENCE_SEEDS, load_parity, uncommitted
+from benchlab.analysis.records import load_parity, uncommitted
 from benchlab.analysis.summary import KINDS, UNCOMMITTED_NOTE, memory_cap_gib, not_run_reason, stopped_at, table
 from benchlab.core.files import write_text
+from benchlab.core.profile_table import read_profile
+from benchlab.core.record import REFERENCE_SEEDS
 from benchlab.core.sections import AggregateParams
 
 # The environment's rows: a label and how it reads from the record. Every other env.* key but SKIPPED_ENV is a
@@ -36,7 +37,6 @@ ENV_ROWS: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = [
 SHOWN_ENV = {"env.gpu", "env.gpu_count", "env.gpu_capability", "env.driver", "env.cuda", "env.cudnn", "env.cpu",
              "env.cpu_count", "env.torch_threads", "env.python", "env.torch", "env.platform"}
 SKIPPED_ENV = {"env.gpu_topology", "env.cuda_available", "env.cpu_bf16_native", "env.cxx_compiler"}
-FAMILY_ROW = re.compile(r"^\| ([^|`]+?) \| ([0-9.]+) \| ([0-9.]+) \|$")
 DASH = "–"
 
 
@@ -231,28 +231,11 @@ def plots(links: list[str]) -> str:
     return "## Plots\n\n" + "\n\n".join(f"![{Path(link).stem.replace('_', ' ')}]({link})" for link in links) + "\n"
 
 
-def profile_summary(text: str) -> tuple[str, dict[str, tuple[float, float]], list[str]]:
-    """A profile's `<variant>_kernels.md` (stages/profile.py): its header line, its kernel-family table as
-    {family: (device ms per step, share %)} (GPU profiles), and its first three ops as "`op` share%" (CPU ones)."""
-    lines = [line.strip() for line in text.splitlines()]
-    header = next((line for line in lines if line and not line.startswith(("#", "|"))), "").rstrip(".")
-    families, ops = {}, []
-    for line in lines:
-        if line.startswith("| kernel "):
-            break
-        if m := FAMILY_ROW.match(line):
-            families[m[1].strip()] = (float(m[2]), float(m[3]))
-        elif line.startswith("| `") and len(ops) < 3:
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            ops.append(f"{cells[0]} {cells[-1]}%")
-    return header, families, ops
-
-
 def kernels(profiles: Path, variants: list[str]) -> str:
     """Each profiled variant's kernel families side by side: device ms per step and share of kernel time; a CPU
     profile's top ops."""
     head = "## Where the time goes (profiled variants)\n\n"
-    found = {v: profile_summary((profiles / f"{v}_kernels.md").read_text(encoding="utf-8")) for v in variants
+    found = {v: read_profile((profiles / f"{v}_kernels.md").read_text(encoding="utf-8")) for v in variants
              if (profiles / f"{v}_kernels.md").is_file()}
     if not found:
         return head + "No profiles (plots/profiles is missing or holds no `<variant>_kernels.md`).\n"

@@ -14,12 +14,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from benchlab.analysis.scaling import scaling
 from benchlab.core import record, stats
-from benchlab.core.knobs import KNOBS, changes_math, knobs_in_group
-from benchlab.core.record import Result, compared_memory
+from benchlab.core.knobs import KNOBS, changes_math
+from benchlab.core.record import ALLOCATED, ALLOCATED_COMPARABLE, RESERVED, RSS, Result, compared_memory
 from benchlab.core.sections import AggregateParams
-
-PARALLEL_KNOBS = knobs_in_group("parallel")  # how a run is spread over processes: the knob table's "parallel" group
 
 # (column, key in the row, format) for the markdown table.
 COLUMNS: list[tuple[str, str, str]] = [
@@ -40,9 +39,9 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("step ms median", "step_ms_median", ".2f"),
     ("p10", "step_ms_p10", ".2f"),
     ("p90", "step_ms_p90", ".2f"),
-    ("peak alloc MiB", "peak_mem_allocated_mb", ",.0f"),
-    ("peak reserved MiB", "peak_mem_reserved_mb", ",.0f"),
-    ("peak RSS MiB", "peak_rss_mb", ",.0f"),
+    ("peak alloc MiB", ALLOCATED, ",.0f"),
+    ("peak reserved MiB", RESERVED, ",.0f"),
+    ("peak RSS MiB", RSS, ",.0f"),
     ("memory vs base %", "mem_change_pct", "+.1f"),
     ("MFU %", "mfu_pct", ".1f"),
     ("warm-up s", "warmup_s", ".1f"),
@@ -97,7 +96,7 @@ def summarize(results: list[dict[str, Any]], baseline: str, tolerance: float,
         row["tokens_per_sec_pi95"] = f"{ci[0]:,.0f} to {ci[1]:,.0f}" if ci else None
         row["tokens_per_sec_pi95_low"], row["tokens_per_sec_pi95_high"] = ci or (None, None)  # plots' whiskers
         # Whether CUDA graphs hid their pools from the allocated peak: record.Memory reads it from the row too.
-        row["peak_mem_allocated_comparable"] = r.get("peak_mem_allocated_comparable")
+        row[ALLOCATED_COMPARABLE] = r.get(ALLOCATED_COMPARABLE)
         row.update(compare(r, base, tolerance))
         if r["status"] == "ok":
             row["notes"] = "; ".join(warnings(r, repeat_tolerance))
@@ -153,7 +152,7 @@ def warnings(r: dict[str, Any], repeat_tolerance: float) -> list[str]:
         out.append(f"{r['repeats']} of {asked} repeats: a time limit stopped the rest")
     if r.get("interference_suspected"):
         out.append(_interference(r))
-    if r.get("peak_mem_allocated_comparable") is False:
+    if r.get(ALLOCATED_COMPARABLE) is False:
         out.append("CUDA graphs: allocated peak misses the graph pools; compare reserved memory")
     if r.get("fp16_skipped_steps"):
         out.append(f"GradScaler skipped {r['fp16_skipped_steps']} steps")
@@ -208,8 +207,7 @@ def not_run_reason(r: dict[str, Any] | None) -> str:
 def stopped_at(r: dict[str, Any]) -> str:
     """' at 23,900 MiB reserved (23,100 MiB allocated) under a 24 GiB cap': the memory an oom row stopped at, from
     its record; empty where the record has no figure."""
-    parts = [f"{r[k]:,.0f} MiB {word}" for k, word in (("peak_mem_reserved_mb", "reserved"),
-                                                        ("peak_mem_allocated_mb", "allocated")) if r.get(k)]
+    parts = [f"{r[k]:,.0f} MiB {word}" for k, word in ((RESERVED, "reserved"), (ALLOCATED, "allocated")) if r.get(k)]
     where = f" at {parts[0]}" + (f" ({parts[1]})" if len(parts) > 1 else "") if parts else ""
     cap = memory_cap_gib(r)
     return where + (f" under a {cap:g} GiB cap" if cap else "")
@@ -242,34 +240,6 @@ def assign_kinds(rows: list[dict[str, Any]], baseline: str, reference: str, ours
 def knob_distance(a: dict[str, Any], b: dict[str, Any]) -> int:
     """How many knobs two rows set differently; a knob an older record lacks counts as the same."""
     return sum(1 for k in KNOBS if a.get(k) is not None and b.get(k) is not None and a[k] != b[k])
-
-
-def _same_but_parallel(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in KNOBS if k not in PARALLEL_KNOBS and k != "batch_size")
-
-
-def scaling(r: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    """A multi-process row against its one-process counterpart (same knobs but the parallel ones) in this table.
-
-    Scaling efficiency: tokens/s over world_size times the one-process tokens/s at the same batch per
-    process (else at the same global batch; `scaling_ref` names the row used). The validation-loss gap is
-    taken at the same global batch, where the two runs see the same data in the same order.
-    """
-    out: dict[str, Any] = {"scaling_efficiency_pct": None, "scaling_ref": None, "val_loss_gap_1proc": None}
-    world = r.get("world_size") or 1
-    if r["status"] != "ok" or world == 1:
-        return out
-    ones = [o for o in results if o["status"] == "ok" and (o.get("world_size") or 1) == 1 and _same_but_parallel(r, o)]
-    per_rank = [o for o in ones if o.get("batch_size") * world == r.get("batch_size")]
-    same_global = [o for o in ones if o.get("batch_size") == r.get("batch_size")]
-    ref = (per_rank or same_global or [None])[0]
-    if ref is not None:
-        out["scaling_efficiency_pct"] = 100.0 * r["tokens_per_sec"] / (world * ref["tokens_per_sec"])
-        basis = "per-rank" if per_rank else "global"
-        out["scaling_ref"] = f"{ref['variant']} (same {basis} batch)"
-    if same_global:
-        out["val_loss_gap_1proc"] = r["val_loss"] - same_global[0]["val_loss"]
-    return out
 
 
 def _stall(r: dict[str, Any]) -> str:

@@ -25,6 +25,12 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return cut(repr(value), limit)
 
 
+def check(ok: bool, key: str, value: object, valid: str) -> None:
+    """Refuse a value, naming its key, the value (cut where long, `shown`) and what would be valid."""
+    if not ok:
+        raise LabError(f"{key}={shown(value)} is not valid; expected {valid}")
+
+
 # What each exhausted resource is called, and how to give the stage more of it.
 EXHAUSTED = {
     errno.ENOMEM: "out of memory: raise the memory limit (ulimit -v) or free memory",

@@ -1,19 +1,22 @@
 """The knob table: the fields of `RunSettings`, each with its choices, what it does, where
 `benchlab.run.apply_knobs.apply` applies it, and its check of the device (`benchlab.core.skips`); then the rules
-that refuse impossible combinations.
+that refuse impossible combinations. A row is declared with `benchlab.core.knob_row.knob`.
 
 A skip (`unsupported_reason`) is for "this machine cannot": a CPU, a GPU without bf16, a missing library. A rule
 that holds on every machine is checked when params.yaml loads (`check_combination`), naming the key and the fix.
-This module imports neither torch nor the model, so a stage that only reads params does not depend on them.
+The knobs the train stage reads from params.yaml's top level are `TOP_LEVEL_KNOBS`; the others are refused there
+(`top_level_refusal`). This module imports neither torch nor the model, so a stage that only reads params does not
+depend on them.
 """
 
-from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, get_args
+from dataclasses import Field, dataclass, fields
+from typing import Any, Literal
 
 from benchlab.core import skips
-from benchlab.core.errors import LabError
-from benchlab.core.loss_heads import LOSS_HEADS, LossKind, heads_where, loss_doc
-from benchlab.core.skips import DeviceFacts, SkipCheck
+from benchlab.core.errors import check, shown
+from benchlab.core.knob_row import Group, knob
+from benchlab.core.loss_heads import LossKind, check_loss_head, loss_doc
+from benchlab.core.skips import DeviceFacts
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Attention = Literal["manual", "sdpa"]
@@ -29,49 +32,9 @@ WeightDtype = Literal["fp32", "bf16"]
 CommHook = Literal["none", "bf16"]
 Float8 = Literal["none", "blocks", "head", "all"]
 Schedule = Literal["cosine", "wsd"]
-# What a knob is about: summary.PARALLEL_KNOBS (how a run is spread over processes) is the "parallel" group's.
-Group = Literal["precision", "kernels", "memory", "loss", "optimizer", "compile", "batch", "parallel"]
 
-# The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention
-# kernel, comes
-# before apply): the one declaration of that order. A knob names the steps it is applied at, the knob table numbers
-# each by its place here, and tests/test_optimize.py checks that apply takes them in this order.
-STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", "checkpointing", "parallel",
-                          "loss_head", "optimizer", "autocast")
-
-
-_DEFAULT = object()  # knob()'s `unoptimized` when not given: the default
-
-
-def knob(default: Any, doc: str, applied: dict[str, str] | str, skip: SkipCheck | None = None, *, group: Group,
-         searched: bool = True, unoptimized: Any = _DEFAULT, changes_math: bool | tuple = False) -> Any:
-    """One row of the knob table: a dataclass field with its documentation, where it is applied, its device check
-    and what the analysis and the search read. `applied` maps steps of STEPS to what happens there, or is a place
-    outside `apply` (unnumbered).
-
-    `group`: what the knob is about (the "parallel" group: how a run is spread over processes).
-    `searched`: whether the search (benchlab/search/) tries the knob's values; the batch and the process layout are
-    a search's inputs, not its answers.
-    `unoptimized`: the value a search for speed never moves the knob back to; by default `default`, the baseline's.
-    None: no value is slower by itself (grad_accum, which the search moves by its goal).
-    `changes_math`: the values that change the optimization itself, not only its speed (True: every value but the
-    default). Parity does not judge them and the search does not try them; the time-to-loss track (ttl/) does."""
-    unknown = [s for s in applied if s not in STEPS] if isinstance(applied, dict) else []
-    if unknown:  # a bug in this module, found on import
-        raise ValueError(f"knob applied at unknown steps {unknown}; the steps: {', '.join(STEPS)}")
-    if group not in get_args(Group):
-        raise ValueError(f"knob group {group!r}; the groups: {', '.join(get_args(Group))}")
-    return field(default=default, metadata={
-        "doc": doc, "applied": applied, "skip": skip, "group": group, "searched": searched,
-        "unoptimized": default if unoptimized is _DEFAULT else unoptimized, "changes_math": changes_math})
-
-
-def applied_at(f: Field) -> str:
-    """Where a knob is applied, as the table shows it: each step numbered by its place in STEPS."""
-    applied = f.metadata["applied"]
-    if isinstance(applied, str):
-        return applied
-    return "; ".join(f"{STEPS.index(step)}. {words}" for step, words in applied.items())
+# knob()'s `top_level` for the knobs of how a run is spread over processes: the train stage runs in one.
+IN_A_VARIANT = "set it in a variant (the train stage runs in one process; a variant's bench stage runs under torchrun)"
 
 
 # ---- the optimizer: its choices and each one's own rules (what a device needs: benchlab.core.skips.optimizer_skip)
@@ -189,7 +152,8 @@ class RunSettings:
          "compiled apart"}, group="compile", searched=False)
     batch_size: int | None = knob(
         None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
-        "the batch stream", group="batch", searched=False)
+        "the batch stream", group="batch", searched=False,
+        top_level="set train.batch_size (variants set batch_size)")
     grad_accum: int = knob(
         1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step",
         group="batch", unoptimized=None)
@@ -198,43 +162,52 @@ class RunSettings:
         "backward); fsdp2: torch.distributed.fsdp.fully_shard on every block and the root (parameters, "
         "gradients and optimizer state sharded over the ranks). ddp and fsdp2 run under torchrun",
         {"parallel": "wraps the model: fully_shard per block, then DDP or fully_shard around the loss head's module"},
-        group="parallel", searched=False)
+        group="parallel", searched=False, top_level=IN_A_VARIANT)
     nproc: int = knob(
         1, "processes per node (one per GPU; gloo ranks on a CPU); batch_size stays the global batch, each rank "
         "takes batch_size / (nproc x nodes) of it", "the stage's torchrun launch; the batch stream's rank slice",
-        skips.nproc_skip, group="parallel", searched=False)
+        skips.nproc_skip, group="parallel", searched=False, top_level=IN_A_VARIANT)
     ddp_bucket_mb: int = knob(25, "DDP's gradient bucket size in MiB (bucket_cap_mb): smaller buckets start "
                               "all-reducing sooner in backward, larger ones launch fewer collectives",
-                              {"parallel": "DDP"}, group="parallel", searched=False)
+                              {"parallel": "DDP"}, group="parallel", searched=False, top_level=IN_A_VARIANT)
     ddp_grad_as_bucket_view: bool = knob(
         False, "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy, less memory)",
-        {"parallel": "DDP"}, group="parallel", searched=False)
+        {"parallel": "DDP"}, group="parallel", searched=False, top_level=IN_A_VARIANT)
     ddp_comm_hook: CommHook = knob(
         "none", "DDP's gradient all-reduce: none (in fp32, the gradients' dtype); bf16: torch's bf16_compress_hook "
         "(each bucket cast to bf16 for the all-reduce, half the bytes, then back to fp32)", {"parallel": "DDP"},
-        skips.comm_hook_skip, group="parallel", searched=False)
+        skips.comm_hook_skip, group="parallel", searched=False, top_level=IN_A_VARIANT)
     fsdp_reshard_after_forward: bool = knob(
         True, "FSDP2: free each block's gathered parameters after its forward (gather again in backward); false "
               "keeps them until backward, trading memory for one all-gather per block", {"parallel": "fully_shard"},
-        group="parallel", searched=False)
+        group="parallel", searched=False, top_level=IN_A_VARIANT)
     fsdp_param_dtype: ParamDtype = knob(
         "fp32", "FSDP2 MixedPrecisionPolicy param dtype: the dtype parameters are gathered and computed in; "
                 "gradients are reduced in fp32 either way", {"parallel": "fully_shard"}, skips.param_dtype_skip,
-        group="parallel", searched=False)
+        group="parallel", searched=False, top_level=IN_A_VARIANT)
     fsdp_blocks_per_unit: int = knob(
         1, "FSDP2: transformer blocks per fully_shard unit (one all-gather and one reduce-scatter each); 1: every "
            "block its own unit; 0: no block units, the root unit holds the whole model. Fewer units mean fewer hooks "
            "for the host to run per step and less overlap of communication with compute", {"parallel": "fully_shard"},
-        group="parallel", searched=False)
+        group="parallel", searched=False, top_level=IN_A_VARIANT)
     nccl_max_ctas: int = knob(
         0, "the most thread blocks (CTAs, each on one SM) an NCCL collective may use: 0 leaves it to NCCL; a small "
            "limit leaves more SMs to the matmuls that run beside an overlapped all-reduce, and slows the all-reduce",
         "the process group (torch.distributed.ProcessGroupNCCL.Options, config.max_ctas)", skips.max_ctas_skip,
-        group="parallel", searched=False)
+        group="parallel", searched=False, top_level=IN_A_VARIANT)
 
 
 KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
 _FIELDS: dict[str, Field] = {f.name: f for f in fields(RunSettings)}
+# The train stage's knobs, read from params.yaml's top level (knob()'s `top_level` empty), in the table's order:
+# params.yaml's top-level lines and dvc.yaml's train params list exactly these (tests/test_knobs.py).
+TOP_LEVEL_KNOBS: tuple[str, ...] = tuple(name for name, f in _FIELDS.items() if not f.metadata["top_level"])
+
+
+def top_level_refusal(name: str, value: Any) -> str:
+    """The line that refuses a knob the train stage cannot honour at params.yaml's top level: the key, its value,
+    and where to set it instead (knob()'s `top_level`)."""
+    return f"{name}={shown(value)} at the top level is not valid; {_FIELDS[name].metadata['top_level']}"
 
 
 def knobs_in_group(group: Group) -> tuple[str, ...]:
@@ -271,12 +244,6 @@ def unsupported_reason(settings: RunSettings, device: DeviceFacts) -> str | None
         if reason:
             return reason
     return None
-
-
-def check(ok: bool, key: str, value: object, valid: str) -> None:
-    """Refuse a value, naming its key and what would be valid."""
-    if not ok:
-        raise LabError(f"{key}={value!r} is not valid; expected {valid}")
 
 
 def check_combination(where: str, s: RunSettings, batch: int) -> None:
@@ -323,23 +290,4 @@ def check_combination(where: str, s: RunSettings, batch: int) -> None:
     check(s.loss_chunk_tokens >= 1, f"{where}loss_chunk_tokens", s.loss_chunk_tokens, "a positive count of tokens")
     check(s.loss == "chunked" or s.loss_chunk_tokens == RunSettings.loss_chunk_tokens, f"{where}loss", s.loss,
           "chunked when loss_chunk_tokens is set")
-    _check_loss_head(where, s)
-
-
-def _check_loss_head(where: str, s: RunSettings) -> None:
-    """What the loss head does to the output layer (benchlab.core.loss_heads): a head that multiplies by the output
-    weight itself bypasses a float8 output layer, and one that reads it outside the sharded module cannot run
-    under fsdp2."""
-    head = LOSS_HEADS[s.loss]
-    own, other = heads_where(True, "owns_output_matmul"), heads_where(False, "owns_output_matmul")
-    check(s.fp8 not in ("head", "all") or not head.owns_output_matmul, f"{where}loss", s.loss,
-          f"{_listed(other, 'or')} with fp8={s.fp8} (the {_listed(own, 'and')} heads multiply by the output weight "
-          "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
-    check(s.parallel != "fsdp2" or head.fsdp2_safe, f"{where}loss", s.loss,
-          f"{_listed(heads_where(True, 'fsdp2_safe'), 'or')} with parallel=fsdp2 (the {s.loss} head reads the output "
-          "weight outside the sharded module)")
-
-
-def _listed(names: tuple[str, ...], last: str) -> str:
-    """"a, b or c" (`last` "or"), "a, b and c" (`last` "and")."""
-    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else names[0]
+    check_loss_head(where, s.loss, s.fp8, s.parallel)

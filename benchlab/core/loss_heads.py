@@ -1,11 +1,13 @@
 """The loss heads as the rules see them: each choice of the `loss` knob with what it needs and what it does to the
-output layer, declared once. Torch-free: the knob table (`benchlab.core.knobs`), the device checks
-(`benchlab.core.skips.loss_skip`) and the head builder (`benchlab.run.heads.choose`) all read it; the heads'
-code is in `benchlab/run/heads/`.
+output layer, declared once, and the rule that follows from it (`check_loss_head`). Torch-free: the knob table
+(`benchlab.core.knobs`), the device checks (`benchlab.core.skips.loss_skip`) and the head builder
+(`benchlab.run.heads.choose`) all read it; the heads' code is in `benchlab/run/heads/`.
 """
 
 from dataclasses import dataclass
 from typing import Literal, get_args
+
+from benchlab.core.errors import check
 
 LossKind = Literal["standard", "inline", "chunked", "fused", "cce", "onepass"]
 
@@ -62,3 +64,22 @@ def heads_where(wanted: bool, fact: str) -> tuple[str, ...]:
 def loss_doc() -> str:
     """The `loss` knob's doc: each head's, in the catalog's order."""
     return "; ".join(f"{name}: {head.doc}" for name, head in LOSS_HEADS.items())
+
+
+def check_loss_head(where: str, loss: str, fp8: str, parallel: str) -> None:
+    """What the loss head does to the output layer, on every device: a head that multiplies by the output weight
+    itself bypasses a float8 output layer, and one that reads it outside the sharded module cannot run under fsdp2.
+    `where` prefixes the key ("variants.x."); a refusal names it and the heads that would do."""
+    head = LOSS_HEADS[loss]
+    own, other = heads_where(True, "owns_output_matmul"), heads_where(False, "owns_output_matmul")
+    check(fp8 not in ("head", "all") or not head.owns_output_matmul, f"{where}loss", loss,
+          f"{_listed(other, 'or')} with fp8={fp8} (the {_listed(own, 'and')} heads multiply by the output weight "
+          "themselves, so the float8 output layer would be bypassed; or set fp8=blocks)")
+    check(parallel != "fsdp2" or head.fsdp2_safe, f"{where}loss", loss,
+          f"{_listed(heads_where(True, 'fsdp2_safe'), 'or')} with parallel=fsdp2 (the {loss} head reads the output "
+          "weight outside the sharded module)")
+
+
+def _listed(names: tuple[str, ...], last: str) -> str:
+    """"a, b or c" (`last` "or"), "a, b and c" (`last` "and")."""
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else names[0]

@@ -2,21 +2,19 @@
 
 Every section is a frozen dataclass (`benchlab.core.sections`); `load_params` refuses unknown keys, wrong types
 and values outside a `Literal`, naming the key, the bad value and the valid ones. The optimization knobs are one table, the fields of
-`benchlab.core.knobs.RunSettings`, set at the top level for the train stage and by each variant. This module imports
-neither torch nor the model, so a stage that only reads params (prepare) does not depend on them.
+`benchlab.core.knobs.RunSettings`, set by each variant, and at the top level for the train stage (those it can honour
+there, `knobs.TOP_LEVEL_KNOBS`; another is refused naming where to set it). This module imports neither torch nor
+the model, so a stage that only reads params (prepare) does not depend on them.
 """
 
-import subprocess
 import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-import yaml
-
 from benchlab.core import presets
-from benchlab.core.errors import LabError, cut, shown
-from benchlab.core.knobs import KNOBS, RunSettings, check_combination, math_changes
+from benchlab.core.errors import LabError, check, cut, shown
+from benchlab.core.knobs import KNOBS, TOP_LEVEL_KNOBS, RunSettings, check_combination, math_changes, top_level_refusal
 from benchlab.core.old_names import REPLACED_KNOBS, old_knob_error
 from benchlab.core.sections import (
     DEFAULT_FALLBACKS,
@@ -34,8 +32,8 @@ from benchlab.core.sections import (
     SearchParams,
     TrainParams,
     TtlParams,
-    check,
 )
+from benchlab.core.yaml_files import committed_yaml, read_yaml
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class Params:
     model: str = "tiny"
     """A preset of model/gpt.py: tiny, gpt_small, gpt2_124m, gpt2_350m, gpt2_774m, gpt2_1558m (checked by benchlab.run.build_model)."""
     run: RunSettings = field(default_factory=RunSettings)
-    """The train stage's knobs, read from the top-level keys named in KNOBS."""
+    """The train stage's knobs, read from the top-level keys named in TOP_LEVEL_KNOBS."""
     data: DataParams = field(default_factory=DataParams)
     train: TrainParams = field(default_factory=TrainParams)
     bench: BenchParams = field(default_factory=BenchParams)
@@ -211,15 +209,16 @@ def parse_params(data: Any) -> Params:
 def _parse_resolved(data: dict, preset: str) -> Params:
     """Params from a mapping with no preset keys left: the knobs at the top level are gathered into `run`."""
     if "run" in data:
-        raise LabError(f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(KNOBS)}")
-    if "batch_size" in data:
-        raise LabError("batch_size=... at the top level is not valid; set train.batch_size (variants set batch_size)")
+        raise LabError(f"unknown key 'run'; set the train stage's knobs at the top level: {', '.join(TOP_LEVEL_KNOBS)}")
+    for key, value in data.items():
+        if key in KNOBS and key not in TOP_LEVEL_KNOBS:  # a knob the train stage cannot honour (knob()'s top_level)
+            raise LabError(top_level_refusal(key, value))
     knobs = {k: v for k, v in data.items() if k in KNOBS or k in REPLACED_KNOBS}  # the latter: to name the new one
     rest = {k: v for k, v in data.items() if k not in knobs}
     sections = {f.name for f in fields(Params)} - {"run", "preset"}
     for key in rest:
         if key not in sections:
-            valid = ", ".join(sorted(sections | {"preset", "presets"} | set(KNOBS) - {"batch_size"}))
+            valid = ", ".join(sorted(sections | {"preset", "presets"} | set(TOP_LEVEL_KNOBS)))
             raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
     hints = get_type_hints(Params)
     rest = _ttl_on_reference(rest)
@@ -256,19 +255,6 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(data)
 
 
-def committed_yaml(path: Path) -> Any:
-    """A YAML file as the last commit holds it; None outside a git checkout, or where HEAD has no such file."""
-    try:
-        proc = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent, capture_output=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    try:
-        return yaml.safe_load(proc.stdout.decode("utf-8")) if proc.returncode == 0 else None
-    except (UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
 def corpus_param(path: str | Path = "params.yaml") -> str:
     """params.yaml's data.corpus alone, checked to be a string, for a stage that reads no other param (no preset
     can set it: benchlab.core.presets.FIXED)."""
@@ -276,49 +262,3 @@ def corpus_param(path: str | Path = "params.yaml") -> str:
     section = data.get("data") if isinstance(data, dict) else None
     value = section.get("corpus", DataParams.corpus) if isinstance(section, dict) else DataParams.corpus
     return _convert(value, str, "data.corpus")
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file the lab reads (params.yaml), as UTF-8 whatever the locale. Text that is not YAML is refused
-    naming its line, and so is a key given twice in one mapping, which YAML would let the second silently win.
-
-    Through DVC a key given twice never gets here: DVC reads params.yaml itself before any stage runs and
-    refuses it in its own message of a dozen lines. This line is what a direct stage run says."""
-    path = Path(path)
-    try:
-        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise LabError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
-    try:
-        node = loader.get_single_node()
-        _refuse_twice(node, path)
-        return loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise LabError(f"{path} is not valid YAML: {problem}{where}; fix that line") from None
-    finally:
-        loader.dispose()
-
-
-def _refuse_twice(node: yaml.Node | None, path: Path) -> None:
-    """Refuse a key that one mapping under `node` gives twice, naming it by its dotted path and both lines."""
-    todo, seen_nodes = [(node, "")], set()
-    while todo:
-        node, where = todo.pop()
-        if node is None or id(node) in seen_nodes:  # an alias repeats a node: once is enough
-            continue
-        seen_nodes.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            todo += [(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
-        elif isinstance(node, yaml.MappingNode):
-            lines: dict[str, int] = {}
-            for key, value in node.value:
-                name = f"{where}.{key.value}" if where else str(key.value)
-                line = key.start_mark.line + 1
-                if name in lines and isinstance(key, yaml.ScalarNode):
-                    raise LabError(f"{path} gives {cut(name)} twice (lines {lines[name]} and {line}): YAML would "
-                                   "silently keep the second; delete one")
-                lines[name] = line
-                todo.append((value, name))

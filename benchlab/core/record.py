@@ -15,6 +15,8 @@ ALLOCATED = "peak_mem_allocated_mb"  # CUDA's peak of allocated tensor bytes
 RESERVED = "peak_mem_reserved_mb"  # CUDA's peak reserved by the caching allocator (the graph pools included)
 RSS = "peak_rss_mb"  # the process's peak resident set: a CPU run's only figure
 MEMORY_KEYS = (ALLOCATED, RESERVED, RSS)
+# False where CUDA graphs allocate from private pools that the allocated peak does not see: compare RESERVED then.
+ALLOCATED_COMPARABLE = "peak_mem_allocated_comparable"
 
 # The figures a result file and the summary both carry, for `dvc metrics diff` and `dvc exp show`: numbers only,
 # never the environment or provenance strings, which stay in the full record.
@@ -26,6 +28,11 @@ METRIC_KEYS = (*_MEASURED_KEYS, "world_size", "host_overhead_pct", "step_ms_p90"
 # The summary's metrics per variant: the measured figures and the ratios taken against the reference row.
 SUMMARY_KEYS = (*_MEASURED_KEYS, "scaling_efficiency_pct", "val_loss_gap_1proc", "speedup_x", "mem_change_pct",
                 "parity_gap_nats")
+
+# The parity reference's record and curve in the parity folders (metrics/parity/reference-seeds.json,
+# plots/parity/reference-seeds.csv): the reference trained with both batch orders. The parity stage writes it, every
+# parity@ stage, the search and the report read it; a hyphen keeps it apart from every variant name.
+REFERENCE_SEEDS = "reference-seeds"
 
 # The learning-parity check's window (README "learning parity"): a run's mean training loss over its last 50
 # steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
@@ -47,7 +54,7 @@ class Memory:
     def of(cls, record: Mapping[str, Any]) -> "Memory":
         """The peaks of a flat result, a summary row or a run's memory dict (they share the keys)."""
         return cls(record.get(ALLOCATED), record.get(RESERVED), record.get(RSS),
-                   record.get("peak_mem_allocated_comparable") is not False)
+                   record.get(ALLOCATED_COMPARABLE) is not False)
 
     def compared_key(self) -> str:
         """The key of the figure rows are compared by: the reserved peak where CUDA graphs hide their pools from the

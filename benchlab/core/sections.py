@@ -2,13 +2,17 @@
 
 Each checks its own values in `__post_init__` and refuses a bad one naming its key, the value and what would be
 valid. `benchlab.core.params` puts them together into `Params` and reads params.yaml. No torch, no model here.
+
+params.yaml owns the values: each default here is params.yaml's own (tests/test_sections.py fails where one
+drifts), so a key left out of a section means what the file says. A list or mapping that names variants defaults
+to none: a section cannot know the matrix.
 """
 
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from benchlab.core.errors import LabError, shown
+from benchlab.core.errors import check
 from benchlab.core.knobs import CompileScope, RunSettings
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]
@@ -19,12 +23,6 @@ LockMode = Literal["wait", "fail"]
 # DVC_STAGE (see stages/bench.py), not from the command line.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
-def check(ok: bool, key: str, value: object, valid: str) -> None:
-    """Refuse a value, naming its key, the value (cut where long, `errors.shown`) and what would be valid."""
-    if not ok:
-        raise LabError(f"{key}={shown(value)} is not valid; expected {valid}")
 
 
 @dataclass(frozen=True)
@@ -63,11 +61,11 @@ class TrainParams:
     """Sequences per step."""
     block_size: int = 128
     """Tokens per sequence; at most the preset's context."""
-    steps: int = 200
+    steps: int = 100
     """Optimizer steps of the train stage."""
-    lr: float = 1e-3
+    lr: float = 2e-3
     """Peak learning rate, reached after lr_warmup_steps of linear warm-up."""
-    min_lr: float = 1e-4
+    min_lr: float = 2e-4
     """Floor of the cosine decay."""
     lr_warmup_steps: int = 20
     """Steps of linear learning-rate warm-up (capped at the run's length)."""
@@ -88,9 +86,9 @@ class TrainParams:
 
 @dataclass(frozen=True)
 class BenchParams:
-    steps: int = 30
+    steps: int = 20
     """Optimizer steps of each variant run, warm-up included."""
-    warmup_steps: int = 10
+    warmup_steps: int = 6
     """Steps left out of the timing (compilation, allocator and cache warm-up)."""
     repeats: int = 1
     """Independent runs per variant, each in a fresh process (fresh model, same seed); 2 or more give intervals."""
@@ -174,11 +172,11 @@ class ParityParams:
     """The variant every parity variant is compared with; trained twice, with each of `seeds`' batch orders."""
     variants: list[str] = field(default_factory=list)
     """Variants trained for parity, one `parity@<name>` stage each (dvc.yaml reads this list itself)."""
-    steps: int = 150
+    steps: int = 60
     """Optimizer steps of every parity run (the learning-rate schedule spans them)."""
-    tail_steps: int = 30
+    tail_steps: int = 20
     """The verdict compares the mean training loss over a run's last this many steps."""
-    tolerance: float = 0.05
+    tolerance: float = 0.1
     """Nats the variant's tail loss may differ from the reference's; set it above the reference's own
     gap between its two batch orders (the stage shows both), else no verdict is given."""
     seeds: list[int] = field(default_factory=lambda: [1, 2])
@@ -203,11 +201,11 @@ class SearchParams:
 
     start: str = "recipe"
     """The variant the search starts from and measures every ratio against."""
-    budget_s: float = 1800.0
+    budget_s: float = 300.0
     """Seconds of the whole search (screening, confirmation and parity, start-up and compile included)."""
     screen_steps: int = 10
     """Timed steps of a screening run, after bench.warmup_steps."""
-    max_candidates: int = 60
+    max_candidates: int = 12
     """Screening runs at most, whichever limit comes first."""
     confirm: int = 2
     """The best this many of each goal are run `repeats` times more, then judged for parity."""

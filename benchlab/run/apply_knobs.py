@@ -1,5 +1,6 @@
-"""Every optimization is applied here, from outside the model, in one fixed order: `benchlab.core.knobs.STEPS`, the one
-list of it (the knob table numbers each knob's steps by their place there, and a test holds `apply` to it).
+"""Every optimization is applied here, from outside the model, in one fixed order: `benchlab.core.knob_row.STEPS`, the
+one list of it (the knob table numbers each knob's steps by their place there). `STEP_FUNCTIONS` names the function
+that takes each step, checked against STEPS on import, and a test holds `apply` to calling them in that order.
 
 The attention kernel is the model's constructor's (`benchlab.run.build_model`); then `apply` places the model on its
 device in the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
@@ -27,11 +28,13 @@ import torch.distributed
 import torch.nn as nn
 
 from benchlab.core.errors import LabError
+from benchlab.core.knob_row import STEPS
 from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.sections import TrainParams
 from benchlab.run.hardware import why_not
 from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
+from benchlab.run.optimizers import make_optimizer
 from model.gpt import GPT
 
 
@@ -102,53 +105,6 @@ def rng_replay(settings: RunSettings) -> None:
     requires. The flag is global and read when a graph is built (the first step after `apply`); every run sets it."""
     torch._functorch.config.graphsafe_rng_functionalization = (
         settings.activation_checkpointing == "none" or settings.compile_mode in CUDA_GRAPH_MODES)
-
-
-def make_optimizer(model: nn.Module, settings: RunSettings, train: TrainParams) -> torch.optim.Optimizer:
-    """AdamW with decay on matrices only (as GPT-2 trainers do), the implementation `settings.optimizer` names (or
-    muon: Muon on the blocks' matrices, AdamW on the rest).
-    torchao's optimizers and the compiled update keep the learning rate as a tensor, which `set_lr` fills."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    betas = (0.9, 0.95)
-    match settings.optimizer:
-        case "adamw":  # foreach=False: the plain per-parameter loop, the unoptimized baseline
-            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, foreach=False, fused=False)
-        case "adamw_fused":
-            return torch.optim.AdamW(groups, lr=train.lr, betas=betas, fused=True)
-        case "adamw_compiled":
-            # For torch.compile (`apply` compiles the update): torch picks the implementation (foreach on a GPU,
-            # which dynamo traces whole and makes capturable), and the learning rate is a tensor on the device: as
-            # a float it would be a constant of the graph, compiled again each time the schedule changes it.
-            return torch.optim.AdamW(groups, lr=torch.tensor(train.lr, device=params[0].device), betas=betas)
-        case "adamw_8bit":
-            from torchao.optim import AdamW8bit
-
-            return AdamW8bit(groups, lr=train.lr, betas=betas)
-        case "adamw_bf16_sr":
-            from benchlab.run.adamw_bf16_sr import (
-                OneCallAdamW,  # torchao's AdamW, its per-parameter step in one compiled call
-            )
-
-            return OneCallAdamW(groups, lr=train.lr, betas=betas)
-        case "muon":  # not an AdamW: it changes the optimization (the knob table says so)
-            from benchlab.run.muon import MuonAdamW
-
-            return MuonAdamW(model, train.lr, train.weight_decay)  # type: ignore[return-value]
-    raise LabError(f"optimizer={settings.optimizer!r} is not one this lab makes")  # params.yaml's check refuses it
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Every group's learning rate; torchao's optimizers keep it as a tensor (so their step is not recompiled
-    when it changes) and refuse a plain float."""
-    for group in optimizer.param_groups:
-        if isinstance(group["lr"], torch.Tensor):
-            group["lr"].fill_(lr)
-        else:
-            group["lr"] = lr
 
 
 def compiler(settings: RunSettings) -> "partial[nn.Module] | None":
@@ -315,7 +271,7 @@ def loss_head(model: GPT, settings: RunSettings, device: torch.device) -> LossFn
 
 
 def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
-    """Apply the settings to a freshly built model, one step of `benchlab.core.knobs.STEPS` after another."""
+    """Apply the settings to a freshly built model, one step of STEPS after another (STEP_FUNCTIONS)."""
     reason = why_not(settings, device)
     if reason:
         raise LabError(reason)
@@ -333,3 +289,11 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     if settings.optimizer == "adamw_compiled":
         run.update = in_mode(settings)(run.clip_and_step)
     return run
+
+
+# The function that takes each step of STEPS after the constructor's, as `apply` calls them (rng_replay aside).
+STEP_FUNCTIONS: dict[str, Callable[..., object]] = {
+    "placement": place, "matmul_flags": set_tf32, "float8": to_float8, "checkpointing": checkpoint_blocks,
+    "parallel": parallelize, "loss_head": loss_head, "optimizer": make_optimizer, "autocast": make_scaler}
+if tuple(STEP_FUNCTIONS) != STEPS[1:]:  # a bug in this module, found on import
+    raise ValueError(f"STEP_FUNCTIONS {tuple(STEP_FUNCTIONS)} must name the steps of STEPS after the first: {STEPS[1:]}")

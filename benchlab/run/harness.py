@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from benchlab.core.errors import LabError
+from benchlab.core.record import ALLOCATED, RESERVED, RSS
 
 MB = 1024 * 1024
 
@@ -98,12 +99,12 @@ def peaks(device: torch.device) -> dict[str, float | None]:
     """Peak memory since the last reset; on CPU only the process's lifetime peak RSS exists."""
     if device.type == "cuda":
         return {
-            "peak_mem_allocated_mb": torch.cuda.max_memory_allocated(device) / MB,
-            "peak_mem_reserved_mb": torch.cuda.max_memory_reserved(device) / MB,
-            "peak_rss_mb": None,
+            ALLOCATED: torch.cuda.max_memory_allocated(device) / MB,
+            RESERVED: torch.cuda.max_memory_reserved(device) / MB,
+            RSS: None,
         }
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return {"peak_mem_allocated_mb": None, "peak_mem_reserved_mb": None, "peak_rss_mb": rss_kb / 1024}
+    return {ALLOCATED: None, RESERVED: None, RSS: rss_kb / 1024}
 
 
 def process_age_s() -> float | None:

@@ -28,9 +28,6 @@ from benchlab.run.data import TokenData
 from benchlab.run.hardware import why_not
 from benchlab.run.runner import RunRecord, train_once
 
-# The name of the reference's files in the parity folders; a hyphen keeps it apart from every variant name.
-REFERENCE_NAME = "reference-seeds"
-
 
 def data_passes(p: Params, name: str, data: TokenData) -> float:
     """How many times a parity run goes through the training split (above 1: it sees batches again)."""

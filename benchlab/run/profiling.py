@@ -5,6 +5,7 @@ device time counted once (op-level rows such as `aten::mm` would count the
 same time again). Kernels are also grouped into coarse families so a step's
 time can be read by kind of work (matmuls, attention, the optimizer, ...).
 On a CPU there are no kernels: the table lists the ops with the most self CPU time.
+The tables' rows and the families are `benchlab.core.profile_table`'s, which the run report reads them back with.
 """
 
 import gzip
@@ -19,26 +20,7 @@ from typing import Any
 import torch
 
 from benchlab.core.files import atomic_path, write_text
-
-# First match wins; checked against the lower-cased kernel name.
-FAMILIES: list[tuple[str, tuple[str, ...]]] = [
-    # First: NCCL's all-reduce, all-gather and reduce-scatter kernels, whatever they move.
-    ("communication", ("nccl",)),
-    ("attention", ("sdpa", "flash", "fmha", "attention")),
-    ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_")),
-    ("optimizer", ("adam", "multi_tensor_apply")),
-    ("cross-entropy", ("log_softmax", "nll_loss", "cross_entropy")),
-    ("triton fused", ("triton_",)),
-    ("elementwise", ("elementwise", "vectorized", "reduce", "fill", "copy")),
-]
-
-
-def family(name: str) -> str:
-    low = name.lower()
-    for fam, needles in FAMILIES:
-        if any(n in low for n in needles):
-            return fam
-    return "other"
+from benchlab.core.profile_table import FAMILY_HEADER, KERNEL_HEADER, OP_HEADER, family, family_row, kernel_row, op_row
 
 
 def traced_window(events: list[dict[str, Any]]) -> tuple[float, float] | None:
@@ -126,13 +108,9 @@ def kernel_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
 
 def kernel_markdown(summary: dict[str, Any], rows: int = 25) -> str:
     total = summary["kernel_ms_per_step"] or 1.0
-    lines = ["| family | device ms per step | share % |", "| --- | --- | --- |"]
-    lines += [f"| {f} | {ms:.2f} | {100 * ms / total:.1f} |" for f, ms in summary["families"]]
-    lines += ["", "| kernel | family | calls per step | device ms per step | share % |", "| --- | --- | --- | --- | --- |"]
-    for name, ms, calls in summary["kernels"][:rows]:
-        short = name.replace("|", "/")
-        short = short if len(short) <= 100 else short[:97] + "..."
-        lines.append(f"| `{short}` | {family(name)} | {calls:.1f} | {ms:.3f} | {100 * ms / total:.1f} |")
+    lines = [*FAMILY_HEADER, *(family_row(f, ms, 100 * ms / total) for f, ms in summary["families"])]
+    lines += ["", *KERNEL_HEADER]
+    lines += [kernel_row(name, calls, ms, 100 * ms / total) for name, ms, calls in summary["kernels"][:rows]]
     step = summary["gpu_step_ms"]
     tail = f"Kernel time: {summary['kernel_ms_per_step']:.2f} ms per traced step"
     if summary.get("comm_share_pct"):
@@ -189,8 +167,8 @@ def cpu_ops_markdown(prof: Any, steps: int, rows: int = 25) -> str:
     """On CPU there are no kernels: the ops with the most self CPU time."""
     events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events) or 1.0
-    lines = ["| op | calls per step | self CPU ms per step | share % |", "| --- | --- | --- | --- |"]
+    lines = [*OP_HEADER]
     for e in events[:rows]:
         t = e.self_cpu_time_total
-        lines.append(f"| `{e.key[:100]}` | {e.count / steps:.1f} | {t / 1000.0 / steps:.3f} | {100.0 * t / total:.1f} |")
+        lines.append(op_row(e.key, e.count / steps, t / 1000.0 / steps, 100.0 * t / total))
     return "\n".join(lines) + f"\n\nSelf CPU time: {total / 1000.0 / steps:.2f} ms per step.\n"

@@ -8,7 +8,16 @@ from benchlab.core import stats
 from benchlab.core.files import flat
 from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.params import Params
-from benchlab.core.record import ALLOCATED, MEMORY_KEYS, METRIC_KEYS, RESERVED, TAIL_STEPS, numbers, tail_loss
+from benchlab.core.record import (
+    ALLOCATED,
+    ALLOCATED_COMPARABLE,
+    MEMORY_KEYS,
+    METRIC_KEYS,
+    RESERVED,
+    TAIL_STEPS,
+    numbers,
+    tail_loss,
+)
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
 from benchlab.run.runner import RunRecord
 from model.gpt import GPTConfig
@@ -116,7 +125,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
         "stall_outside_steps_ms": stall_outside_ms,  # a stop between two steps, which no step's time holds
         **{k: _max_or_none(runs, k) for k in MEMORY_KEYS},
         # CUDA graphs allocate from private pools that the allocated peak does not see.
-        "peak_mem_allocated_comparable": base.get("compile_mode") not in CUDA_GRAPH_MODES,
+        ALLOCATED_COMPARABLE: base.get("compile_mode") not in CUDA_GRAPH_MODES,
         "mem_growth_mb": growth,
         # Judged on CUDA only, where the allocator counts tensor bytes exactly;
         # a CPU's resident set grows with the C allocator's caching too.

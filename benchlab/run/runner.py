@@ -31,9 +31,10 @@ from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
 from benchlab.core.params import Params
 from benchlab.core.record import Memory
 from benchlab.run import dist, harness, power
-from benchlab.run.apply_knobs import TrainingRun, apply, set_lr
+from benchlab.run.apply_knobs import TrainingRun, apply
 from benchlab.run.build_model import fresh_model
 from benchlab.run.data import BatchStream, TokenData, check_fits, eval_batches
+from benchlab.run.optimizers import set_lr
 from benchlab.run.schedule import lr_at
 
 
