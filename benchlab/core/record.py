@@ -27,8 +27,8 @@ METRIC_KEYS = (*_MEASURED_KEYS, "world_size", "host_overhead_pct", "step_ms_p90"
 SUMMARY_KEYS = (*_MEASURED_KEYS, "scaling_efficiency_pct", "val_loss_gap_1proc", "speedup_x", "mem_change_pct",
                 "parity_gap_nats")
 
-# The learning-parity check's window (README "learning parity"): a run's mean training loss over its last 50
-# steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
+# The learning-parity check's window (README "Does it still learn the same"): a run's mean training loss over its
+# last 50 steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
 # two parity runs ended 0.03 nats apart on the H200) and a verdict wants their spread.
 TAIL_STEPS = 50
 
