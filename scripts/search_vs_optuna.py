@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from benchlab.search import pareto  # noqa: E402
 from benchlab.search.journal import SCREENING, Journal  # noqa: E402
 from benchlab.search.landscapes import BATCH, CONTEXT, FAMILIES, RECIPE, RULES, Landscape, Machine, family  # noqa: E402
-from benchlab.search.moves import Candidate, space  # noqa: E402
+from benchlab.search.moves import Candidate, Problem, space  # noqa: E402
 from benchlab.search.strategy import Limits, Search  # noqa: E402
 
 LEAN_FLOOR = 0.85
@@ -113,8 +113,7 @@ def ours(scored: Scored, max_runs: int, folder: Path, seed: int = 0) -> Trace:
     machine = Machine(scored.landscape)
     journal = Journal(folder / f"ours-{scored.landscape.name}-{seed}.jsonl", CONTEXT)
     limits = Limits(budget_s=1e9, max_candidates=max_runs, confirm=2, repeats=2, lean_floor=LEAN_FLOOR, seed=seed)
-    Search(RECIPE, RULES, machine.screen, machine.repeat, machine.judge, journal, limits, BATCH,
-           log=lambda _: None).run()
+    Search(Problem(RECIPE, RULES, BATCH), machine, journal, limits, log=lambda _: None).run()
     runs = [r for r in journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
     return Trace("ours", [scored.point(r.changes) for r in runs], time.perf_counter() - began)
 

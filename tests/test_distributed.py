@@ -235,7 +235,7 @@ def test_the_nccl_group_gets_the_thread_block_limit_only_when_one_is_set(max_cta
 @pytest.mark.integration
 def test_fsdp2_with_bf16_parameters_evaluates_as_one_bf16_process(dist_workdir: Path) -> None:
     # On two H200s FSDP2 with bf16 parameters ended 0.059 nats lower in validation loss than one GPU at the same
-    # global batch (README "Past one GPU"). On CPU the same settings agree: the gap is not in how the lab evaluates
+    # global batch (docs/parallelism.md). On CPU the same settings agree: the gap is not in how the lab evaluates
     # a sharded model. bf16 rounds differently on two ranks, hence the wider tolerance.
     bf16 = {"precision": "bf16", "attention": "sdpa"}
     write_params(dist_workdir, {"one": bf16, "fsdp2": {**bf16, "parallel": "fsdp2", "nproc": 2, "fsdp_param_dtype": "bf16"}})

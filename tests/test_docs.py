@@ -136,3 +136,28 @@ def test_mutation_scores_count_a_verdict_file_by_module(tmp_path: Path) -> None:
     assert lines[2] == "| benchlab/core/stats.py | 2 | 1 | 0 | 1 | 0 | 0 | 50.0 |"
     assert lines[3] == "| benchlab/run/heads/chunked.py | 2 | 1 | 1 | 0 | 0 | 0 | 100.0 |"  # a hang is caught too
     assert lines[4] == "| all | 4 | 2 | 1 | 1 | 0 | 0 | 75.0 |"
+
+
+# Where the code and the docs point a reader: the README's sections by name, and the project's files by path. A line
+# that names a commit points into git history, where the file was; docs/mutation.md is a log of past sessions.
+POINTERS = [*(ROOT / name for name in ("params.yaml", "dvc.yaml", "search/dvc.yaml", "ttl/dvc.yaml")),
+            *(p for folder in ("benchlab", "stages", "scripts", "tests", "model", "docs") for p in (ROOT / folder).rglob("*")
+              if p.suffix in (".py", ".md") and p.name not in ("mutation.md", "test_docs.py") and "__pycache__" not in p.parts)]
+
+
+def pointers(pattern: str) -> set[tuple[str, str]]:
+    """(what is named, the file naming it) for every match of `pattern` outside a line naming a commit."""
+    return {(m, str(p.relative_to(ROOT))) for p in POINTERS for line in p.read_text().splitlines()
+            if not re.search(r"\bcommit `?[0-9a-f]{7}", line) for m in re.findall(pattern, line)}
+
+
+def test_every_readme_section_the_code_and_docs_name_exists() -> None:
+    headings = {line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("#")}
+    named = pointers(r'README "([^"]+)"')
+    assert len(named) > 5 and {(m, p) for m, p in named if m not in headings} == set()
+
+
+def test_every_project_file_the_code_and_docs_name_exists() -> None:
+    named = pointers(r"\b((?:benchlab|stages|scripts|model|docs)/[\w/.-]+\.(?:py|md|yaml))\b")
+    assert len(named) > 50 and {(m, p) for m, p in named if not (ROOT / m).exists()} == set()

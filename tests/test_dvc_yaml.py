@@ -28,13 +28,22 @@ def project_imports(path: Path, tree: ast.AST | None = None) -> set[str]:
     return found
 
 
-def closure(start: str) -> set[str]:
+def started_programs(path: Path) -> set[str]:
+    """The stage programs a file starts as processes (`python -m stages.<name>`: a string constant naming one)."""
+    return {f"stages/{node.value.split('.')[1]}.py" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.startswith("stages.") and (ROOT / f"stages/{node.value[7:]}.py").is_file()}
+
+
+def closure(start: str, programs: bool = False) -> set[str]:
+    """The modules `start` imports, directly or not; with `programs`, those of the stage programs it starts too."""
     seen, todo = set(), [start]
     while todo:
         current = todo.pop()
         if current not in seen:
             seen.add(current)
             todo.extend(project_imports(ROOT / current))
+            todo.extend(started_programs(ROOT / current) if programs else ())
     return seen
 
 
@@ -58,7 +67,8 @@ def test_every_stage_lists_exactly_the_folders_it_imports_from() -> None:
         module = body["cmd"].split("python -m ")[1].split()[0]
         entry = module.replace(".", "/") + ".py"
         listed = {d for d in body["deps"] if isinstance(d, str) and d.split("/")[0] in PACKAGES}
-        assert listed == {job_folder(m) for m in closure(entry)}, f"stage {name}: deps differ from imports"
+        imported = {job_folder(m) for m in closure(entry, programs=True)}
+        assert listed == imported, f"stage {name}: deps differ from imports"
         assert all((ROOT / d).exists() for d in listed), name
 
 

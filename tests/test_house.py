@@ -25,7 +25,7 @@ def test_every_module_lives_in_a_folder_by_job() -> None:
 
 
 def test_no_module_is_named_like_the_standard_library() -> None:
-    # `import io` beside benchlab/io.py reads one or the other depending on where Python starts.
+    # `import io` beside a module io.py in benchlab reads one or the other depending on where Python starts.
     clash = [str(p.relative_to(ROOT)) for p in modules() if p.stem in sys.stdlib_module_names]
     assert clash == [], clash
 

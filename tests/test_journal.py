@@ -15,8 +15,8 @@ import yaml
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings
 from benchlab.core.skips import DeviceFacts
-from benchlab.search.journal import Checks, Journal, Run
-from benchlab.search.moves import Candidate, rules_for
+from benchlab.search.journal import Journal, Run
+from benchlab.search.moves import Candidate, Problem, rules_for
 from benchlab.search.strategy import Limits, Search
 from tests.conftest import ROOT
 
@@ -24,7 +24,7 @@ START = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer=
 GPU = DeviceFacts(kind="cuda", name="a test GPU", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
                   liger_version="0.8.5", cce=True, gpu_count=1)
 BATCH = 8
-CHECKS = Checks(START, rules_for(GPU, BATCH))
+CHECKS = Problem(START, rules_for(GPU, BATCH), BATCH)
 CONTEXT = {"model": "tiny", "batch_size": BATCH, "device": "a test GPU", "torch": "x.y", "memory_cap_gib": None}
 
 
@@ -38,10 +38,20 @@ def judged(cand: Candidate, settings: RunSettings) -> Run:
     return Run(cand.name, {}, "", "ok", passed=True, message="learns the same", wall_s=1.0)
 
 
+class StandIn:
+    """A device whose runs are `measured` and `judged`."""
+
+    screen = repeat = staticmethod(measured)
+    judge = staticmethod(judged)
+
+    def prepare(self, batch: list) -> None:
+        return None
+
+
 def searched_journal(path: Path) -> list[str]:
     """The journal of a whole search (screening, confirmation, parity, answers), its lines."""
     limits = Limits(budget_s=10_000.0, max_candidates=12, confirm=1, repeats=1, lean_floor=0.5, parity_tokens=0.0)
-    Search(START, CHECKS.rules, measured, measured, judged, Journal(path, CONTEXT, CHECKS), limits, BATCH).run()
+    Search(CHECKS, StandIn(), Journal(path, CONTEXT, CHECKS), limits).run()
     return path.read_text().splitlines()
 
 

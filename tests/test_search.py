@@ -17,16 +17,16 @@ import yaml
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings, unoptimized
 from benchlab.core.params import parse_params
-from benchlab.core.skips import DeviceFacts
 from benchlab.search import report
-from benchlab.search.front import EXPLORE, Effects, Explorer, around
+from benchlab.search.explore import EXPLORE, Effects, Explorer, around
 from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine, family
 from benchlab.search.journal import SCREENING, Journal, Run
-from benchlab.search.moves import Candidate, Change, changes_from, knob_values, moves, partner, rules_for, space
+from benchlab.search.moves import (Candidate, Change, Problem, Warm, changes_from, knob_values, moves, partner, space)
 from benchlab.search.pareto import area, front
 from benchlab.search.sampler import GLOBAL, Sampler
-from benchlab.search.front import point as run_point
-from benchlab.search.strategy import Limits, Search, Warm, found_variants
+from benchlab.search.explore import point as run_point
+from benchlab.search.outcome import Answer, Outcome
+from benchlab.search.strategy import Limits, Search
 from tests.conftest import ROOT, micro_params
 
 SEPARABLE = family("separable")  # the scripted machine (benchlab/search/landscapes.py)
@@ -42,8 +42,8 @@ def limits(**kw: float) -> Limits:
 def searcher(path: Path, machine: Machine, warm: list[Warm] | None = None, start: RunSettings = RECIPE,
              log: list[str] | None = None, **kw: float) -> Search:
     """A search on the scripted machine, its journal at `path` (opened afresh, as a new process would)."""
-    return Search(start, RULES, machine.screen, machine.repeat, machine.judge, Journal(path, CONTEXT), limits(**kw),
-                  BATCH, warm, log=(log.append if log is not None else lambda _: None))
+    return Search(Problem(start, RULES, BATCH), machine, Journal(path, CONTEXT), limits(**kw), warm,
+                  log=(log.append if log is not None else lambda _: None))
 
 
 def cand(*changes: Change) -> Candidate:
@@ -165,21 +165,21 @@ def test_fused_clip_is_retried_with_fused_adamw_when_the_start_lacks_it() -> Non
 def test_the_search_finds_the_scripted_machine_s_fastest_and_lean(tmp_path: Path) -> None:
     machine = Machine()
     result = searcher(tmp_path / "journal.jsonl", machine).run()
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     # fastest: the best single (onepass), then each move that helped, best first: the bf16_sr pair, CUDA graphs
     # (and their bonus with onepass), fp8; bf16 weights alone were already in the pair
-    assert result["fastest"]["name"] == FASTEST
-    assert result["fastest"]["ratio_to_start"] == pytest.approx(1.06 * 1.03 * 1.02 * 1.04 * 1.02 * 1.02)
-    assert [r.name for r in result["paths"]["fastest"]] == ["start", "loss=onepass", named(*SR, ("loss", "onepass")),
+    assert result.answer("fastest").name == FASTEST
+    assert result.answer("fastest").ratio_to_start == pytest.approx(1.06 * 1.03 * 1.02 * 1.04 * 1.02 * 1.02)
+    assert [r.name for r in result.paths["fastest"]] == ["start", "loss=onepass", named(*SR, ("loss", "onepass")),
                                                             named(*SR, ("loss", "onepass"),
                                                                   ("compile_mode", "reduce-overhead")), FASTEST]
     # lean: least memory at 85% of the start's speed or more; the chunked loss would take it to 82,545 tokens/s.
     # Its greedy path ends at the floor without CUDA graphs; the exploration of the front finds them faster there.
-    assert result["paths"]["lean"][-1].name == GREEDY_LEAN
-    assert result["lean"]["name"] == LEAN and result["lean"]["peak_mem_mb"] == FLOOR_MB
-    assert result["lean"]["tokens_per_sec"] == pytest.approx(1.03 * 1.02 * 0.9 * 1.06 * 1.02 * 0.95 * 1.04 * 1.02 *
+    assert result.paths["lean"][-1].name == GREEDY_LEAN
+    assert result.answer("lean").name == LEAN and result.answer("lean").peak_mem_mb == FLOOR_MB
+    assert result.answer("lean").tokens_per_sec == pytest.approx(1.03 * 1.02 * 0.9 * 1.06 * 1.02 * 0.95 * 1.04 * 1.02 *
                                                              START_TPS)
-    assert result["lean"]["parity"] == "learns the same"
+    assert result.answer("lean").parity == "learns the same"
 
 
 def test_warm_starts_are_screened_first_right_after_the_start_and_searched_around(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_warm_starts_are_screened_first_right_after_the_start_and_searched_aroun
     # the fastest moves start from the best warm point (ours): the first in the knob table's order that the rules allow
     first = next(m for m in moves(ours_fastest, RECIPE, "fastest", BATCH) if RULES(m.settings(RECIPE)) is None)
     assert machine.of("screen")[3] == first.name == ours_fastest.plus(("activation_checkpointing", "full")).name
-    assert result["paths"]["fastest"][0].name == ours_fastest.name
+    assert result.paths["fastest"][0].name == ours_fastest.name
 
 
 def test_a_stale_answer_from_another_device_or_software_is_not_used(tmp_path: Path) -> None:
@@ -229,36 +229,36 @@ def test_the_answers_are_journaled_as_found_once_and_are_params_yaml_variants(tm
     result = searcher(path, Machine()).run()
     found = [json.loads(line) for line in path.read_text().splitlines() if json.loads(line)["phase"] == "found"]
     assert [(f["name"], f["context"]) for f in found] == [("fastest", CONTEXT), ("lean", CONTEXT)]
-    variants = found_variants(result, RECIPE, "gpt2_124m")
+    variants = result.found_variants(RECIPE, "gpt2_124m")
     assert variants["fastest_gpt2_124m"] == found[0]["changes"] == {
         "precision": "bf16", "weight_dtype": "bf16", "attention": "sdpa", "loss": "onepass", "fp8": "blocks",
         "optimizer": "adamw_bf16_sr", "compile": True, "compile_mode": "reduce-overhead"}
     assert variants["lean_gpt2_124m"] == found[1]["changes"]
     p = parse_params(micro_params(variants={**micro_params()["variants"], **variants}))  # they load as variants
-    assert p.variants["lean_gpt2_124m"] == cand(*Candidate(tuple(result["lean"]["changes"].items())).changes).settings(
+    assert p.variants["lean_gpt2_124m"] == cand(*Candidate(tuple(result.answer("lean").changes.items())).changes).settings(
         RECIPE) and p.variants["lean_gpt2_124m"].grad_accum == 2
     searcher(path, Machine()).run()
     assert sum(json.loads(line)["phase"] == "found" for line in path.read_text().splitlines()) == 2
-    assert found_variants({"status": "ok", "fastest": {"name": None}}, RECIPE, "tiny") == {}
+    assert Outcome("ok").found_variants(RECIPE, "tiny") == {}
 
 
 def test_a_start_that_does_not_run_stops_the_search(tmp_path: Path) -> None:
     machine = Machine()
     machine.screen = lambda c, s: Run(c.name, {}, "", "oom", message="out of memory at 23.9 GiB")  # type: ignore
     result = searcher(tmp_path / "journal.jsonl", machine).run()
-    assert result == {"status": "failed", "message": "the start itself did not run (oom: out of memory at 23.9 GiB)"}
-    assert searcher(tmp_path / "other.jsonl", Machine(), budget_s=0).run() == {
-        "status": "failed", "message": "the start itself did not run (the budget allowed no run)"}
+    assert result == Outcome("failed", "the start itself did not run (oom: out of memory at 23.9 GiB)")
+    assert searcher(tmp_path / "other.jsonl", Machine(), budget_s=0).run() == Outcome(
+        "failed", "the start itself did not run (the budget allowed no run)")
 
 
 def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> None:
     machine = Machine(fails_parity=(FASTEST,))
     result = searcher(tmp_path / "journal.jsonl", machine).run()
     runner_up = named(*SR, ("loss", "onepass"), ("compile_mode", "reduce-overhead"))
-    assert result["fastest"]["name"] == runner_up
+    assert result.answer("fastest").name == runner_up
     assert machine.of("judge")[:2] == [FASTEST, runner_up]
     never = searcher(tmp_path / "never.jsonl", Machine(fails_parity=(FASTEST, runner_up))).run()
-    assert never["fastest"] == {"name": None, "message": "none of the 2 confirmed candidates passed parity"}
+    assert never.answer("fastest") == Answer(message="none of the 2 confirmed candidates passed parity")
 
 
 # ---- the front ----
@@ -287,13 +287,13 @@ def test_a_run_without_a_memory_figure_takes_nobody_off_the_front() -> None:
 def test_the_search_s_front_leaves_out_points_that_fail_parity(tmp_path: Path) -> None:
     machine = Machine()
     result = searcher(tmp_path / "journal.jsonl", machine).run()
-    names = [r.name for r in result["front"]]
+    names = [r.name for r in result.front]
     assert names[0] == FASTEST and names[-1] == LEAN  # of the runs at the floor's memory, the fastest
     assert len(machine.of("judge")) == len(set(machine.of("judge")))  # no point judged twice
     assert set(names) <= set(machine.of("judge"))  # every point judged
     loser = names[1]
     again = Machine(fails_parity=(loser,))
-    front = [r.name for r in searcher(tmp_path / "other.jsonl", again).run()["front"]]
+    front = [r.name for r in searcher(tmp_path / "other.jsonl", again).run().front]
     assert loser not in front and set(front) >= set(names) - {loser}
     # what the loser hid comes onto the front: every screening run it alone dominated
     journal = Journal(tmp_path / "other.jsonl", CONTEXT)
@@ -306,7 +306,7 @@ def test_the_front_csv_marks_the_answers_and_each_point_s_verdict(tmp_path: Path
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
     rows = list(csv.DictReader(report.front_csv(result, journal).splitlines()))
     assert list(rows[0]) == list(report.FRONT_COLUMNS)
-    assert [r["name"] for r in rows] == [r.name for r in result["front"]]
+    assert [r["name"] for r in rows] == [r.name for r in result.front]
     assert rows[0]["answer"] == "fastest" and all(r["parity"] == "passed" for r in rows)
     assert rows[-1]["peak_mem_mb"] == "1500" and rows[-1]["answer"] == "lean"
     assert [r["answer"] for r in rows[1:-1]] == [""] * (len(rows) - 2)
@@ -314,7 +314,7 @@ def test_the_front_csv_marks_the_answers_and_each_point_s_verdict(tmp_path: Path
 
 def test_lean_s_answer_is_on_the_front(tmp_path: Path) -> None:
     result = searcher(tmp_path / "journal.jsonl", Machine()).run()
-    assert result["lean"]["name"] in [r.name for r in result["front"]]
+    assert result.answer("lean").name in [r.name for r in result.front]
 
 
 # ---- exploring the front ----
@@ -345,8 +345,8 @@ def test_the_exploration_finds_the_scripted_machine_s_known_front(tmp_path: Path
     points = [figures(_changes_dict(n)) for n in KNOWN_FRONT]
     assert all(a[0] > b[0] and a[1] > b[1] for a, b in itertools.pairwise(points))  # slower for less memory, each
     floor = 0.85 * START_TPS
-    assert [r.name for r in result["front"] if r.tokens_per_sec >= floor] == KNOWN_FRONT
-    assert result["fastest"]["name"] == KNOWN_FRONT[0] and result["lean"]["name"] == KNOWN_FRONT[-1]
+    assert [r.name for r in result.front if r.tokens_per_sec >= floor] == KNOWN_FRONT
+    assert result.answer("fastest").name == KNOWN_FRONT[0] and result.answer("lean").name == KNOWN_FRONT[-1]
     # the goals' paths found one of the seven in 40 runs (the top); fastest's answer made leaner one run more (full
     # checkpointing, below the floor); the exploration, 8 runs more, the other six; then the global phase spends
     # what is left of max_candidates
@@ -434,14 +434,14 @@ def test_the_exploration_respects_max_candidates_and_the_budget(tmp_path: Path) 
     machine = Machine()
     result = searcher(tmp_path / "capped.jsonl", machine, max_candidates=44).run()
     assert len(machine.of("screen")) == 44 and len(explored(tmp_path / "capped.jsonl")) == 3  # 40, 1 leaner, 3
-    assert result["fastest"]["name"] == FASTEST and machine.of("repeat") and machine.of("judge")  # answers still
+    assert result.answer("fastest").name == FASTEST and machine.of("repeat") and machine.of("judge")  # answers still
     # a budget for 45 screening runs and the reserve (the start's and 2 finalists a goal, 2 repeats each, at 10 s;
     # two verdicts at 8 s): the exploration stops after five, and confirmation and parity still fit
     budget = 45 * 10 + 10 * 10 + 2 * 8
     machine = Machine()
     result = searcher(tmp_path / "budget.jsonl", machine, budget_s=budget).run()
     assert len(machine.of("screen")) == 45 and len(explored(tmp_path / "budget.jsonl")) == 4
-    assert result["fastest"]["name"] and result["lean"]["name"]
+    assert result.answer("fastest").name and result.answer("lean").name
     assert Journal(tmp_path / "budget.jsonl", CONTEXT).spent_s() <= budget
 
 
@@ -489,8 +489,8 @@ def test_screening_stops_early_enough_to_leave_the_reserve(tmp_path: Path) -> No
     # every screening run began only where it, and the 46 s reserve after it, fit the budget
     assert len(screens) == 15 and 10 * len(screens) + 46 <= 200 < 10 * (len(screens) + 1) + 46
     # the reserve was what confirmation and parity then took: the start's, fastest's and lean's repeats, two verdicts
-    assert machine.of("repeat") == ["start", result["fastest"]["name"], result["lean"]["name"]]
-    assert machine.of("judge")[:2] == [result["fastest"]["name"], result["lean"]["name"]]
+    assert machine.of("repeat") == ["start", result.answer("fastest").name, result.answer("lean").name]
+    assert machine.of("judge")[:2] == [result.answer("fastest").name, result.answer("lean").name]
     assert journal.spent_s() == 150 + 30 + 16 and len(machine.of("judge")) == 2  # nothing left for the front
 
 
@@ -618,9 +618,9 @@ def test_the_summary_is_flat_and_names_what_was_spent(tmp_path: Path) -> None:
     out = report.summary(result, journal, limits())
     assert out["fastest"] == FASTEST and out["lean"] == LEAN and out["start_tokens_per_sec"] == START_TPS
     assert out["refused"] == sum(r.status == "refused" for r in journal.runs.values()) > 0
-    assert out["screening_run_s_median"] == 10.0 and out["front_points"] == len(result["front"])
+    assert out["screening_run_s_median"] == 10.0 and out["front_points"] == len(result.front)
     assert all(not isinstance(v, (dict, list)) for v in out.values())
-    failed = report.summary({"status": "failed", "message": "the start itself did not run"}, journal, limits())
+    failed = report.summary(Outcome("failed", "the start itself did not run"), journal, limits())
     assert failed["lean"] == "none: the start itself did not run" and failed["lean_tokens_per_sec"] is None
 
 
@@ -705,8 +705,8 @@ def test_a_small_space_is_measured_whole_and_then_the_search_stops(tmp_path: Pat
         return None if changed <= few else "not in this small space"
 
     machine, log = Machine(), []
-    s = Search(RECIPE, rules, machine.screen, machine.repeat, machine.judge, Journal(tmp_path / "j.jsonl", CONTEXT),
-               limits(max_candidates=1000), BATCH, log=log.append)
+    s = Search(Problem(RECIPE, rules, BATCH), machine, Journal(tmp_path / "j.jsonl", CONTEXT),
+               limits(max_candidates=1000), log=log.append)
     s.run()
     assert sorted(machine.of("screen")) == sorted({cand(*sub).name for n in range(5)
                                                    for sub in itertools.combinations(sorted(few), n)})  # all 16
@@ -744,14 +744,14 @@ def test_without_optuna_the_global_phase_says_what_to_install(monkeypatch: pytes
 
 
 def test_lean_is_never_an_answer_that_fastest_beats_on_both_figures() -> None:
-    fast = {"name": "a", "tokens_per_sec": 146.0, "peak_mem_mb": 427.0}
-    lean = {"name": "b", "tokens_per_sec": 99.7, "peak_mem_mb": 442.0}
+    fast = Answer("a", tokens_per_sec=146.0, peak_mem_mb=427.0)
+    lean = Answer("b", tokens_per_sec=99.7, peak_mem_mb=442.0)
     assert Search.undominated({"fastest": fast, "lean": lean})["lean"] == fast
-    leaner = {**lean, "peak_mem_mb": 400.0}
+    leaner = replace(lean, peak_mem_mb=400.0)
     assert Search.undominated({"fastest": fast, "lean": leaner})["lean"] == leaner  # a trade: kept
-    as_lean = {**lean, "peak_mem_mb": 427.0}
+    as_lean = replace(lean, peak_mem_mb=427.0)
     assert Search.undominated({"fastest": fast, "lean": as_lean})["lean"] == fast  # faster at equal memory
-    nothing = {"name": None, "message": "no candidate was confirmed"}
+    nothing = Answer(message="no candidate was confirmed")
     assert Search.undominated({"fastest": nothing, "lean": lean})["lean"] == lean
 
 
@@ -761,5 +761,5 @@ def test_on_a_noisy_machine_speeds_within_the_spread_are_ties_on_the_front(tmp_p
     result = s.run()
     assert s.tie() == 0.01
     ok = [r for r in s.journal.runs.values() if r.phase in SCREENING and r.status == "ok"]
-    assert [r.name for r in result["front"]] == [r.name for r in front(ok, run_point, tie=0.01)]
-    assert len(result["front"]) > len(front(ok, run_point))  # the ties stay
+    assert [r.name for r in result.front] == [r.name for r in front(ok, run_point, tie=0.01)]
+    assert len(result.front) > len(front(ok, run_point))  # the ties stay

@@ -14,9 +14,9 @@ import yaml
 
 from benchlab.core.knobs import RunSettings
 from benchlab.search import worker
-from benchlab.search.journal import PRECOMPILE, SCREENING, Checks, Journal, Run
-from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine, family
-from benchlab.search.moves import FINALIST_ONLY, Candidate, moves, space
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine
+from benchlab.search.moves import FINALIST_ONLY, Candidate, Problem, space
 from benchlab.search.strategy import FINALIST, Limits, Search
 from tests.conftest import ROOT, micro_params
 
@@ -38,8 +38,10 @@ class Ahead:
 def search(path: Path, machine: Machine, prepare: Any = None, **kw: Any) -> Search:
     limits = Limits(**{"budget_s": 100_000.0, "max_candidates": 60, "confirm": 1, "repeats": 1, "lean_floor": 0.85,
                        "finalist_only": True, **kw})
-    return Search(RECIPE, RULES, machine.screen, machine.repeat, machine.judge,
-                  Journal(path, CONTEXT, Checks(RECIPE, RULES)), limits, BATCH, log=lambda _: None, prepare=prepare)
+    if prepare is not None:
+        machine.prepare = prepare  # type: ignore[method-assign]  # the machine compiles ahead through the fake
+    problem = Problem(RECIPE, RULES, BATCH)
+    return Search(problem, machine, Journal(path, CONTEXT, problem), limits, log=lambda _: None)
 
 
 def test_a_cold_search_compiles_the_start_and_its_moves_ahead_before_it_screens_any(tmp_path: Path) -> None:
@@ -47,7 +49,7 @@ def test_a_cold_search_compiles_the_start_and_its_moves_ahead_before_it_screens_
     ahead = Ahead(machine)
     s = search(tmp_path / "j.jsonl", machine, ahead)
     result = s.run()
-    assert result["status"] == "ok" and machine.calls[0] == "ahead:start"
+    assert result.status == "ok" and machine.calls[0] == "ahead:start"
     first = ahead.batches[0]
     assert first[0] == "start" and len(first) > 20  # the start and both goals' moves around it, in one batch
     one_change = [r.name for r in s.journal.runs.values() if r.phase in ("warm", "moves") and r.status != "refused"]
@@ -137,7 +139,7 @@ def test_cuda_graphs_and_max_autotune_are_screened_on_the_fastest_finalist_alone
     base = {k: v for k, v in held_runs[0].changes.items() if k != "compile_mode"}
     assert all({k: v for k, v in r.changes.items() if k != "compile_mode"} == base for r in held_runs)
     # the scripted machine rewards reduce-overhead: the answer keeps it
-    assert dict(Candidate(tuple(result["fastest"]["changes"].items())).changes)["compile_mode"] == "reduce-overhead"
+    assert result.answer("fastest").changes["compile_mode"] == "reduce-overhead"
     assert all(v not in space(BATCH, FINALIST_ONLY)["compile_mode"] for _, v in FINALIST_ONLY)
 
 
@@ -200,7 +202,7 @@ def test_compiling_ahead_runs_so_many_processes_at_once_shares_the_cores_and_cou
     cost = worker.precompile(batch, "data/prepared", processes=2, cores=16)
     assert FakeProc.most == 2 and len(seen) == 5
     assert {p.env["TORCHINDUCTOR_COMPILE_THREADS"] for p in seen} == {"8"}
-    assert all(p.args[1:5] == ["-m", "stages.search", "data/prepared", "--precompile"] for p in seen)
+    assert all(p.args[1:5] == ["-m", "stages.search_worker", "data/prepared", "--precompile"] for p in seen)
     assert cost["precompiled"] == 5 and cost["precompile_failed"] == 1 and cost["wall_s"] >= 0
 
 
@@ -222,12 +224,12 @@ def test_the_journal_refuses_a_precompile_entry_that_names_a_candidate(tmp_path:
     from benchlab.core.errors import LabError
 
     path = tmp_path / "j.jsonl"
-    journal = Journal(path, CONTEXT, Checks(RECIPE, RULES))
+    journal = Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH))
     journal.add(Run("batch 1", {}, PRECOMPILE, "ok", wall_s=3.0))
-    assert Journal(path, CONTEXT, Checks(RECIPE, RULES)).spent_s() == 3.0
+    assert Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH)).spent_s() == 3.0
     journal.add(Run("loss=onepass", {"loss": "onepass"}, PRECOMPILE, "ok", wall_s=3.0))
     with pytest.raises(LabError, match="line 2: a precompile entry named 'loss=onepass'"):
-        Journal(path, CONTEXT, Checks(RECIPE, RULES))
+        Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH))
 
 
 # ---- a real compile on the CPU: one layer ahead, the full depth loads it ----
@@ -257,7 +259,7 @@ def test_a_candidate_compiled_ahead_on_one_layer_is_loaded_from_the_cache_at_ful
     assert settings is not None
     cand = workdir / "cand.json"
     cand.write_text(json.dumps({"compile": True, "compile_scope": "blocks"}))
-    ahead = subprocess.run([sys.executable, "-m", "stages.search", str(prepared), "--precompile", str(cand)],
+    ahead = subprocess.run([sys.executable, "-m", "stages.search_worker", str(prepared), "--precompile", str(cand)],
                            cwd=workdir, capture_output=True, text=True, timeout=600)
     assert ahead.returncode == 0, ahead.stderr[-2000:]
     assert "compiled ahead: ok" in ahead.stdout

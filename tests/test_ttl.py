@@ -1,5 +1,5 @@
-"""The time-to-loss track (benchlab/run/ttl.py, benchlab/analysis/ttl.py, stages/ttl.py): the clock, the target,
-the arms' verdicts, and the params that set them."""
+"""The time-to-loss track (benchlab/run/ttl.py, benchlab/analysis/ttl.py and ttl_arms.py, stages/ttl.py): the clock,
+the target, the arms' verdicts, and the params that set them."""
 
 import json
 import time
@@ -12,11 +12,12 @@ import torch
 import yaml
 
 from benchlab.analysis import ttl as judge
+from benchlab.analysis.ttl_arms import tuned
 from benchlab.analysis.ttl_report import report, tracks_table
 from benchlab.core.errors import LabError
 from benchlab.core.params import Params, parse_params
 from benchlab.run import runner
-from benchlab.run.ttl import run_curve, training_clock, tuned
+from benchlab.run.ttl import run_curve, training_clock
 from tests.conftest import micro_params
 
 CPU = torch.device("cpu")

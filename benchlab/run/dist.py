@@ -7,7 +7,7 @@ group here (`init`): NCCL on CUDA, gloo on a CPU. There is no launcher of ours:
 benchlab/run/launch.py only starts torchrun and reads back what the ranks wrote.
 
 Across machines the same stage runs on every node with the environment below,
-and torchrun's c10d rendezvous makes one job of them (README "Past one GPU"):
+and torchrun's c10d rendezvous makes one job of them (docs/parallelism.md):
   BENCHLAB_NNODES          nodes in the job (default 1: `--standalone`)
   BENCHLAB_RDZV_ENDPOINT   host:port of the rendezvous, reachable from every node
   BENCHLAB_RDZV_ID         the job's id, the same on every node (default benchlab)

@@ -10,7 +10,6 @@ median step. What those steps took beyond that is reported apart (`warmup_excess
 (`eval_s`). A run that diverges, runs out of memory or cannot run here has no curve: the arm reports it.
 """
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,13 +20,6 @@ from benchlab.core.params import Params
 from benchlab.run.data import TokenData
 from benchlab.run.hardware import why_not
 from benchlab.run.runner import train_once
-
-
-def tuned(p: Params, lr: float, warmup_steps: int, seed: int) -> Params:
-    """p with a point of the reference's sweep and a seed: train.lr (train.min_lr keeps its ratio to it),
-    train.lr_warmup_steps, and the seed of the initial weights."""
-    train = replace(p.train, lr=lr, min_lr=lr * p.train.min_lr / p.train.lr, lr_warmup_steps=warmup_steps)
-    return replace(p, seed=seed, train=train)
 
 
 def training_clock(step_ms: list[float], warmup: int) -> list[float]:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from benchlab.search.journal import SCREENING, Journal, Run
 from benchlab.search.moves import FINALIST_ONLY
-
-GOALS = ("fastest", "lean")
+from benchlab.search.outcome import GOALS
 
 
 @dataclass(frozen=True)
@@ -38,12 +37,12 @@ class Budget:
     def fresh_s(self, start: Run) -> float:
         """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
         a process's start and a first compilation)."""
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
+        return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
 
     def verdict_s(self, start: Run) -> float:
         """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
         timed = start.extra.get("timed_s") or 0.0
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
+        return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
             start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
 
     def reserve_s(self, start: Run | None) -> float:
@@ -58,7 +57,7 @@ class Budget:
 
     def screening_s(self) -> float:
         """A screening run's cost: the median so far."""
-        return _median([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
+        return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
 
     def finalist_s(self, start: Run | None) -> float:
         """What the finalist's first FINALIST_ONLY value (the cheapest) will cost, kept until it has run (the
@@ -97,5 +96,6 @@ class Budget:
 
 
 
-def _median(values: list[float]) -> float:
+def median_or_zero(values: list[float]) -> float:
+    """The median; 0 where there is nothing to take it of (no run of that kind yet)."""
     return statistics.median(values) if values else 0.0

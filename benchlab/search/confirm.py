@@ -1,39 +1,39 @@
 """The search's last steps (strategy.py's 4 to 6): the finalists repeated in fresh processes and ranked by the
 repeats' median, parity down that ranking, and the answers checked against each other.
 
-A part of `strategy.Search` (its base class): it uses the search's journal, limits, start, `repeat_run`, `judge`
-and `record`.
+A part of `strategy.Search` (its base class): it uses the search's journal, limits, start, device and `record`.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Callable
 
 from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.budget import Limits
 from benchlab.search.journal import Journal, Run
 from benchlab.search.moves import Candidate
+from benchlab.search.outcome import Answer
+from benchlab.search.protocol import Device
 
 
 class Confirmation:
     journal: Journal
     limits: Limits
     start: RunSettings
-    repeat_run: Callable[[Candidate, RunSettings], Run]
-    judge: Callable[[Candidate, RunSettings], Run]
+    device: Device
     record: Callable[[Run, Candidate, str, str], Run]
 
     @staticmethod
-    def undominated(answers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def undominated(answers: dict[str, Answer]) -> dict[str, Answer]:
         """The answers, lean replaced by fastest's where fastest (which passed parity too) beats it on both figures:
         as fast or faster, and as lean or leaner."""
-        fast, lean = answers.get("fastest") or {}, answers.get("lean") or {}
-        if fast.get("name") and lean.get("name") and fast["name"] != lean["name"] and pareto.beats(
-                (fast["tokens_per_sec"], fast["peak_mem_mb"]), (lean["tokens_per_sec"], lean["peak_mem_mb"])):
-            return {**answers, "lean": dict(fast)}
+        fast, lean = answers.get("fastest", Answer()), answers.get("lean", Answer())
+        if fast.found and lean.found and fast.name != lean.name and pareto.beats(
+                (fast.tokens_per_sec, fast.peak_mem_mb), (lean.tokens_per_sec, lean.peak_mem_mb)):
+            return {**answers, "lean": fast}
         return answers
 
     def repeats_of(self, cand: Candidate) -> list[Run]:
@@ -42,7 +42,7 @@ class Confirmation:
         for i in range(self.limits.repeats):
             key = f"{cand.name}#{i + 1}"
             again = self.journal.get("confirm", key)
-            out.append(again or self.record(self.repeat_run(cand, cand.settings(self.start)), cand, "confirm", key))
+            out.append(again or self.record(self.device.repeat(cand, cand.settings(self.start)), cand, "confirm", key))
         return out
 
     def confirmed_start(self, start: Run) -> Run:
@@ -54,7 +54,7 @@ class Confirmation:
         return replace(start, tokens_per_sec=statistics.median(float(r.tokens_per_sec or 0) for r in ok),
                        peak_mem_mb=max(float(r.peak_mem_mb or 0) for r in ok))
 
-    def confirm(self, goal: str, start: Run, ranked: list[Run]) -> dict[str, Any]:
+    def confirm(self, goal: str, start: Run, ranked: list[Run]) -> Answer:
         """Repeat the best runs in fresh processes, rank them by the repeats' median, give the first that passes
         parity."""
         confirmed = []
@@ -73,12 +73,12 @@ class Confirmation:
         for cand, tps, mem in confirmed:
             verdict = self.verdict(cand)
             if verdict.passed:
-                return {"name": cand.name, "changes": dict(cand.changes), "tokens_per_sec": tps, "peak_mem_mb": mem,
-                        "ratio_to_start": tps / float(start.tokens_per_sec or 1), "parity": verdict.message}
-        return {"name": None, "message": f"none of the {len(confirmed)} confirmed candidates passed parity"
-                if confirmed else "no candidate was confirmed"}
+                return Answer(cand.name, dict(cand.changes), tps, mem, tps / float(start.tokens_per_sec or 1),
+                              verdict.message)
+        return Answer(message=f"none of the {len(confirmed)} confirmed candidates passed parity" if confirmed
+                      else "no candidate was confirmed")
 
     def verdict(self, cand: Candidate) -> Run:
         """The candidate's parity verdict, from the journal or judged now."""
         done = self.journal.get("parity", cand.name)
-        return done or self.record(self.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)
+        return done or self.record(self.device.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)

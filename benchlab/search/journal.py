@@ -1,16 +1,16 @@
 """The search's journal: every run it made, one JSON line each, so a stopped search resumes and later searches
 start from what earlier ones found.
 
-Each line carries the context its run is valid for (`search_runs.context`: model, batch, steps, cap, device,
+Each line carries the context its run is valid for (`runs.context`: model, batch, steps, cap, device,
 versions, code). A search reads its own context's runs; the other contexts' lines stay in the file, and their
 answers (phase `found`) warm-start searches of other model sizes on the same device.
 
 The journal is checked, not trusted: a figure in it becomes an answer without being measured again. Every line must
-be a run as the search writes it, and, given `Checks`, each of this context's runs must be a combination the knob
-rules accept, named as its changes name it, and come after the runs it rests on (a confirmation or a parity verdict
-after the candidate's screening run, an answer after its passed verdict). A line that is not is refused in one line
-naming the journal and the line, and how to start over. A last line cut short by a kill is reported, set aside in
-`<journal>.cut`, and its run made again.
+be a run as the search writes it, and, given the search's `Problem` (its start and rules), each of this context's
+runs must be a combination the knob rules accept, named as its changes name it, and come after the runs it rests on
+(a confirmation or a parity verdict after the candidate's screening run, an answer after its passed verdict). A line
+that is not is refused in one line naming the journal and the line, and how to start over. A last line cut short by
+a kill is reported, set aside in `<journal>.cut`, and its run made again.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import KNOBS, RunSettings, searched
-from benchlab.search.moves import Candidate, Rules, changes_from, choices
+from benchlab.search.moves import Candidate, Problem, changes_from, choices
 
 # The phases whose runs are screening runs (one short run each, on the screening worker).
 SCREENING = ("warm", "moves", "fastest", "lean", "explore", "global", "finalist")
@@ -36,9 +36,9 @@ PRECOMPILE = "precompile"
 SAME_MACHINE = ("device", "torch", "memory_cap_gib")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
-    """One candidate's run, as the journal keeps it."""
+    """One candidate's run, as the journal keeps it (made whole: a run is never edited once made)."""
 
     name: str
     changes: dict[str, Any]
@@ -53,18 +53,10 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)  # where the wall time went; parity's gap
 
 
-@dataclass(frozen=True)
-class Checks:
-    """What this context's journal lines are checked against: the search's start and the knob rules it screens by."""
-
-    start: RunSettings
-    rules: Rules
-
-
 class Journal:
     """The runs of one search context, read from (and appended to) a file that may hold other contexts too."""
 
-    def __init__(self, path: Path, context: dict[str, Any], checks: Checks | None = None) -> None:
+    def __init__(self, path: Path, context: dict[str, Any], checks: Problem | None = None) -> None:
         self.path, self.context = path, context
         self.runs: dict[tuple[str, str], Run] = {}
         self.others: list[tuple[dict[str, Any], Run]] = []
@@ -103,7 +95,7 @@ class Journal:
         print(f"search: warning: {self.path}, line {number} was cut short (the search was stopped while writing "
               f"it); set aside in {aside}, and its run is made again", flush=True)
 
-    def unfounded(self, run: Run, checks: Checks) -> str | None:
+    def unfounded(self, run: Run, checks: Problem) -> str | None:
         """Why this context's run cannot be one the search made, or None: checked by the knob rules, and against
         the runs before it."""
         if run.phase == "found":
@@ -127,7 +119,7 @@ class Journal:
             return f"a {run.phase} run of {base} that no screening run of it comes before"
         return None
 
-    def _unfounded_answer(self, run: Run, checks: Checks) -> str | None:
+    def _unfounded_answer(self, run: Run, checks: Problem) -> str | None:
         """An answer (phase found) holds its knob values; it must be a combination the rules accept whose parity
         verdict passed before it."""
         why = _unknown_knobs(run.changes, searched_only=False)

@@ -138,10 +138,11 @@ class Killed(Exception):
 
 @dataclass
 class Machine:
-    """screen, repeat and judge for the search on a landscape; every call is counted as `kind:name`, and the call
-    numbered `kill_at` (from 1) raises instead of running. A screening run's wall time is `screen_s` (`timed_s` of
-    it timed steps), a fresh-process repeat's `repeat_s`, a verdict's `judge_s`. A screening run records the
-    landscape's noise as its spread (`tps_spread`), as a device's run records its steps' spread."""
+    """A protocol.Device on a landscape: screen, repeat, judge (it compiles nothing ahead); every call is counted as
+    `kind:name`, and the call numbered `kill_at` (from 1) raises instead of running. A screening run's wall time is
+    `screen_s` (`timed_s` of it timed steps), a fresh-process repeat's `repeat_s`, a verdict's `judge_s`. A
+    screening run records the landscape's noise as its spread (`tps_spread`), as a device's run records its steps'
+    spread."""
 
     landscape: Landscape = field(default_factory=lambda: family("separable"))
     kill_at: int | None = None
@@ -174,6 +175,9 @@ class Machine:
         passed = cand.name not in self.fails_parity
         return Run(cand.name, {}, "", "ok", passed=passed, wall_s=self.judge_s,
                    message="learns the same" if passed else "0.3 nats worse")
+
+    def prepare(self, batch: list[tuple[Candidate, RunSettings]]) -> Run | None:
+        return None
 
     def of(self, kind: str) -> list[str]:
         return [c.split(":", 1)[1] for c in self.calls if c.startswith(kind + ":")]

@@ -49,6 +49,24 @@ class Candidate:
         return replace(start, **dict(self.changes))
 
 
+@dataclass(frozen=True)
+class Problem:
+    """What a search answers: the configurations, as changes to `start`, that the knobs' `rules` (this device's)
+    accept, at the start's global `batch`."""
+
+    start: RunSettings
+    rules: Rules
+    batch: int
+
+
+@dataclass(frozen=True)
+class Warm:
+    """A known answer for a search to screen first: its label (where it came from) and its settings."""
+
+    label: str
+    settings: RunSettings
+
+
 def _word(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 

@@ -12,10 +12,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
-from benchlab.search.budget import GOALS, Limits
+import yaml
 
-# Where a run's wall time went (search_runs fills `Run.extra` with these, in seconds).
+from benchlab.core.files import write_json, write_text
+from benchlab.core.knobs import RunSettings
+from benchlab.core.params import Params
+from benchlab.run.env import environment
+
+from benchlab.search.budget import Limits
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.outcome import GOALS, Outcome
+
+# What the stage writes beside the journal, in its out_dir.
+OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
+# Where a run's wall time went (runs.breakdown fills `Run.extra` with these, in seconds).
 BREAKDOWN = ("startup_s", "build_s", "apply_s", "warmup_s", "timed_s", "eval_s")
 # inductor's FX graph cache during a screening run: graphs loaded from it, graphs compiled.
 CACHE = ("compile_hits", "compile_misses")
@@ -52,22 +62,12 @@ def parity_word(journal: Journal, name: str) -> str:
     return "not judged" if verdict is None else "passed" if verdict.passed else "failed"
 
 
-def answers_by_name(result: dict[str, Any]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for goal in GOALS:
-        name = (result.get(goal) or {}).get("name")
-        if name:
-            out.setdefault(name, []).append(goal)
-    return out
-
-
-def front_csv(result: dict[str, Any], journal: Journal) -> str:
+def front_csv(outcome: Outcome, journal: Journal) -> str:
     """The front, fastest first: each point's screening figures, its parity verdict, and which answer it is."""
-    start = result.get("start")
-    tps = start.tokens_per_sec if start else None
-    answers = answers_by_name(result)
+    tps = outcome.start.tokens_per_sec if outcome.start else None
+    answers = outcome.goals_of()
     rows = [[r.name, r.tokens_per_sec, _ratio(r, tps), r.peak_mem_mb, parity_word(journal, r.name),
-             " ".join(answers.get(r.name, []))] for r in result.get("front", [])]
+             " ".join(answers.get(r.name, []))] for r in outcome.front]
     return _csv(FRONT_COLUMNS, rows)
 
 
@@ -82,31 +82,31 @@ def breakdown(journal: Journal) -> dict[str, float]:
     return out
 
 
-def summary(result: dict[str, Any], journal: Journal, limits: Limits) -> dict[str, Any]:
+def summary(outcome: Outcome, journal: Journal, limits: Limits) -> dict[str, Any]:
     """The flat metrics file: what each goal found, against the start, and what the search spent."""
-    start = result.get("start")
+    start = outcome.start
     screens = breakdown(journal)
-    out: dict[str, Any] = {"status": result["status"], "runs": journal.measured(), "spent_s": journal.spent_s(),
+    out: dict[str, Any] = {"status": outcome.status, "runs": journal.measured(), "spent_s": journal.spent_s(),
                            "budget_s": limits.budget_s,
                            "refused": sum(1 for r in journal.runs.values() if r.status == "refused"),
                            "screening_run_s_median": screens.get("wall_s"),
                            "precompile_s": sum(r.wall_s for r in journal.runs.values() if r.phase == PRECOMPILE),
-                           "front_points": len(result.get("front", [])),
+                           "front_points": len(outcome.front),
                            "start_tokens_per_sec": start.tokens_per_sec if start else None,
                            "start_peak_mem_mb": start.peak_mem_mb if start else None}
     for goal in GOALS:
-        answer = result.get(goal) or {}
-        out[goal] = answer.get("name") or f"none: {answer.get('message', result.get('message', ''))}"
+        answer = outcome.answer(goal)
+        out[goal] = answer.name if answer.found else f"none: {answer.message}"
         for key in ("tokens_per_sec", "ratio_to_start", "peak_mem_mb"):
-            out[f"{goal}_{key}"] = answer.get(key)
+            out[f"{goal}_{key}"] = getattr(answer, key) if answer.found else None
     return out
 
 
-def path_lines(result: dict[str, Any]) -> list[str]:
+def path_lines(outcome: Outcome) -> list[str]:
     """What each change added to a goal's answer bought along the way, from the goal's best warm point."""
-    start = result.get("start")
+    start = outcome.start
     lines = []
-    for goal, path in (result.get("paths") or {}).items():
+    for goal, path in outcome.paths.items():
         if not path or start is None or not start.tokens_per_sec:
             continue
         lines.append(f"- **{goal}**, from `{path[0].name}`:")
@@ -145,29 +145,29 @@ def exp_command(found: dict[str, dict[str, Any]], preset: str) -> str:
     return " ".join([f"dvc exp run -n found -S preset={preset}", *sets])
 
 
-def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine: str, plot_name: str,
+def report_md(outcome: Outcome, journal: Journal, limits: Limits, machine: str, plot_name: str,
               command: str = "") -> str:
     """The search's report: the answers, the front and its plot, the paths, where the screening time went, and
     the command that times the answers in the matrix."""
-    facts = summary(result, journal, limits)
+    facts = summary(outcome, journal, limits)
     parts = [f"# Search on {machine}", "",
              f"{facts['runs']} screening runs; {facts['spent_s']:.0f} s of the {limits.budget_s:.0f} s budget spent "
              "(screening, fresh-process confirmation and parity)."]
-    if result["status"] != "ok":
-        return "\n".join([*parts, "", f"The search stopped: {result.get('message', '')}", ""])
+    if outcome.status != "ok":
+        return "\n".join([*parts, "", f"The search stopped: {outcome.message}", ""])
     parts += ["", "| goal | answer | tokens/s | vs start | peak MiB |", "| --- | --- | --- | --- | --- |"]
     for goal in GOALS:
-        a = result.get(goal) or {}
-        parts.append(f"| {goal} | `{a['name']}` | {a['tokens_per_sec']:,.0f} | {a['ratio_to_start']:.3f}x | "
-                     f"{a['peak_mem_mb']:,.0f} |" if a.get("name") else f"| {goal} | none: {a.get('message')} | | | |")
+        a = outcome.answer(goal)
+        parts.append(f"| {goal} | `{a.name}` | {a.tokens_per_sec:,.0f} | {a.ratio_to_start:.3f}x | "
+                     f"{a.peak_mem_mb:,.0f} |" if a.found else f"| {goal} | none: {a.message} | | | |")
     parts += ["", "Confirmed figures: the median of fresh-process repeats. The front's figures are screening runs.",
               "", "## The front", "", f"![front]({plot_name})", "",
               "| candidate | tokens/s | vs start | peak MiB | parity |", "| --- | --- | --- | --- | --- |"]
     tps = facts["start_tokens_per_sec"]
-    for r in result.get("front", []):
+    for r in outcome.front:
         parts.append(f"| `{r.name}` | {r.tokens_per_sec:,.0f} | {r.tokens_per_sec / tps:.3f}x | {r.peak_mem_mb:,.0f} | "
                      f"{parity_word(journal, r.name)} |")
-    parts += ["", "## What each change bought", "", *path_lines(result), "", "## Where a screening run's time went",
+    parts += ["", "## What each change bought", "", *path_lines(outcome), "", "## Where a screening run's time went",
               "", "| part | median s |", "| --- | --- |"]
     parts += [f"| {k.removesuffix('_s')} | {v:.1f} |" for k, v in breakdown(journal).items()]
     parts += compile_lines(journal)
@@ -176,7 +176,7 @@ def report_md(result: dict[str, Any], journal: Journal, limits: Limits, machine:
     return "\n".join(parts) + "\n"
 
 
-def plot_front(result: dict[str, Any], journal: Journal, path: Path) -> None:
+def plot_front(outcome: Outcome, journal: Journal, path: Path) -> None:
     """Every measured candidate (grey), the front (a line), and the two answers marked."""
     import matplotlib.pyplot as plt
 
@@ -185,9 +185,9 @@ def plot_front(result: dict[str, Any], journal: Journal, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     runs = [r for r in journal.runs.values() if r.phase in SCREENING and r.status == "ok" and r.peak_mem_mb]
     ax.scatter([r.peak_mem_mb for r in runs], [r.tokens_per_sec for r in runs], color="0.7", s=18, label="measured")
-    front = sorted(result.get("front", []), key=lambda r: r.peak_mem_mb or 0)
+    front = sorted(outcome.front, key=lambda r: r.peak_mem_mb or 0)
     ax.plot([r.peak_mem_mb for r in front], [r.tokens_per_sec for r in front], "o-", color="tab:blue", label="front")
-    for name, goals in answers_by_name(result).items():
+    for name, goals in outcome.goals_of().items():
         run = journal.screened(name)
         if run is not None and run.peak_mem_mb:
             ax.scatter([run.peak_mem_mb], [run.tokens_per_sec], s=90, marker="*", color="tab:red", zorder=3)
@@ -198,3 +198,32 @@ def plot_front(result: dict[str, Any], journal: Journal, path: Path) -> None:
     ax.set_title("The search's front: speed against memory")
     ax.legend(loc="lower right")
     save_png(fig, path)
+
+
+def write(outcome: Outcome, journal: Journal, limits: Limits, out: Path, summary_path: Path, p: Params,
+          start: RunSettings) -> None:
+    """Every output but the journal: the candidates, the front and its plot, the found variants, the report, the
+    metrics file."""
+    env = environment()
+    machine = f"{env.get('gpu') or env.get('cpu')} (torch {env.get('torch')})"
+    write_text(out / "candidates.csv", candidates_csv(journal, outcome.start.tokens_per_sec if outcome.start else None))
+    write_text(out / "front.csv", front_csv(outcome, journal))
+    found = outcome.found_variants(start, p.model) if outcome.status == "ok" else {}
+    write_text(out / "found.yaml", yaml.safe_dump({"variants": found}, sort_keys=False))
+    plot_front(outcome, journal, out / "front.png")
+    command = exp_command(found, p.preset) if found else ""
+    write_text(out / "report.md", report_md(outcome, journal, limits, machine, "front.png", command))
+    if command:
+        print(f"search: to time the answers in the matrix: {command}")
+    write_json(summary_path, summary(outcome, journal, limits))
+
+
+def closing_lines(outcome: Outcome, journal: Journal, out: Path, start_name: str) -> list[str]:
+    """What the stage prints last: each goal's answer against the start, and where the outputs are."""
+    lines = []
+    for goal in GOALS:
+        a = outcome.answer(goal)
+        lines.append(f"search: {goal}: " + (f"{a.name} ({a.ratio_to_start:.3f}x {start_name}, {a.peak_mem_mb:,.0f} "
+                                            "MiB)" if a.found else a.message))
+    return [*lines, f"search: {journal.measured()} screening runs, {journal.spent_s():.0f} s in all; found variants "
+                    f"in {out / 'found.yaml'}, the front in {out / 'front.csv'}"]

@@ -1,5 +1,5 @@
 """The search's runs on this device: screening (on the worker, worker.py), compiling ahead, confirmation in fresh
-processes, parity; the screen, repeat, judge and prepare that strategy.Search is handed.
+processes, parity: `Runs`, the protocol.Device that the stage hands strategy.Search.
 
 What a fresh process adds to a screening run is a clean allocator and compiler state, which the finalists get:
 **confirmation** repeats each in a fresh process, the bench stage's repeat mode with bench.steps, compiled as the
@@ -29,7 +29,8 @@ from benchlab.run.env import environment, source_sha256
 from benchlab.run.hardware import resolve_device
 from benchlab.run.results import base_record, measured_record
 from benchlab.run.runner import RunRecord
-from benchlab.search import moves, strategy, worker
+from benchlab.search import moves, worker
+from benchlab.search.budget import Limits
 from benchlab.search.journal import Run
 from benchlab.search.worker import NAME, Worker, start_of, with_candidate
 
@@ -46,16 +47,25 @@ def context(p: Params, device: torch.device) -> dict[str, Any]:
             "source_sha256": source_sha256()}
 
 
-def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[strategy.Warm]:
+def limits(p: Params) -> Limits:
+    """The stage's limits: its budget and runs, lean's floor, and the tokens a parity verdict trains (with the start's
+    speed, what a verdict costs); CUDA graphs and max-autotune tried on the fastest finalist alone."""
+    start = start_of(p)
+    return Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats, p.search.lean_floor,
+                  parity_tokens=p.parity.steps * p.batch_size(start) * p.train.block_size, seed=p.seed,
+                  finalist_only=True)
+
+
+def warm_starts(p: Params, found: list[tuple[str, dict[str, Any]]]) -> list[moves.Warm]:
     """The best answers known here: the variants of aggregate.ours, then earlier searches' answers on this device
     at other sizes (the journal's), each once."""
-    out = [strategy.Warm(name, p.variants[name]) for name in p.aggregate.ours if name in p.variants]
+    out = [moves.Warm(name, p.variants[name]) for name in p.aggregate.ours if name in p.variants]
     for label, values in found:
         try:
-            out.append(strategy.Warm(label, RunSettings(**values)))
+            out.append(moves.Warm(label, RunSettings(**values)))
         except TypeError:
             continue  # an answer from a knob table this code no longer has
-    unique: dict[RunSettings, strategy.Warm] = {}
+    unique: dict[RunSettings, moves.Warm] = {}
     for warm in out:
         unique.setdefault(warm.settings, warm)
     return list(unique.values())
@@ -69,7 +79,7 @@ def spread(record: dict[str, Any]) -> float | None:
 
 
 def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
-    """Where a run's wall time went, for the candidates file (search_report.BREAKDOWN)."""
+    """Where a run's wall time went, for the candidates file (report.BREAKDOWN)."""
     timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
     return {"startup_s": rec.startup_s, "build_s": rec.init_s, "apply_s": rec.apply_s, "warmup_s": rec.warmup_s,
             "timed_s": timed, "eval_s": rec.eval_s, "other_s": wall_s - sum(
@@ -135,7 +145,7 @@ class Runs:
         with tempfile.TemporaryDirectory(prefix="benchlab-search-") as tmp:
             path = Path(tmp) / "candidate.json"
             path.write_text(json.dumps(dict(cand.changes)))
-            args = ["stages.search", "--candidate", str(path), self.data_dir] + \
+            args = ["stages.search_worker", "--candidate", str(path), self.data_dir] + \
                 (["--steps", str(steps)] if steps is not None else [])
             with locks.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
                 self.worker.close()  # a fresh process has the device to itself

@@ -1,8 +1,9 @@
 """The search: which knobs, from a start (the recipe), make this model fastest, or leanest, on this device.
 
-Everything here is plain Python over `RunSettings`. What needs a device is handed in: `screen` (one short
-timed run of a candidate, on the stage's screening worker), `repeat` (one full bench run in a fresh process)
-and `judge` (the parity check); the tests drive the search with fakes of all three.
+Everything here is plain Python over `RunSettings`. What needs a device is handed in as one object
+(protocol.Device): it screens (one short timed run of a candidate, on the stage's screening worker), repeats (one
+full bench run in a fresh process), judges (the parity check) and compiles ahead; the tests hand in a scripted
+machine (landscapes.Machine). What it returns is typed (outcome.Outcome).
 
 1. **Warm starts.** The start, then the best answers known for this device: the variants of
    `aggregate.ours` and what earlier searches found on this device at other model sizes, each as its
@@ -14,7 +15,7 @@ and `judge` (the parity check); the tests drive the search with fakes of all thr
    move the knobs' rules refuse for a missing partner is retried with the partner the refusal names.
 3. **Combine,** greedily: from the best move, add each other move that helped, best first; keep a change
    when it helps again.
-3b. **Explore the front** (`front.py`): passes of moves around every point of the measured front, each
+3b. **Explore the front** (`explore.py`): passes of moves around every point of the measured front, each
    priced by what it is predicted to add to the front and screened best first, until a pass adds no point.
 3c. **Sample globally** (`sampler.py`): what budget is left goes to Optuna's multivariate TPE, seeded with every
    run so far, which proposes whole configurations (where knobs interact, no one-knob move leads there); a point
@@ -34,42 +35,32 @@ that is stopped and started again repeats nothing it finished and keeps the budg
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Callable
 
-from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
-from benchlab.search.budget import GOALS, Budget, Limits
+from benchlab.search.budget import Budget, Limits, median_or_zero
 from benchlab.search.confirm import Confirmation
-from benchlab.search.front import EXPLORE, Effects, Explorer, point
+from benchlab.search.explore import EXPLORE, Effects, Explorer, point
 from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
-from benchlab.search.moves import (FINALIST_ONLY, Candidate, Rules, changes_from, knob_values, moves, partner,
+from benchlab.search.moves import (FINALIST_ONLY, Candidate, Problem, Warm, changes_from, knob_values, moves, partner,
                                    space)
+from benchlab.search.outcome import GOALS, Outcome
+from benchlab.search.protocol import Device
 from benchlab.search.sampler import GLOBAL, Sampler
 
-Measure = Callable[[Candidate, RunSettings], Run]
-# Compile these candidates ahead of their screening runs, all at once (runs.Runs.prepare); the cost it paid, as a
-# run (phase precompile), or None where it compiled nothing.
-Prepare = Callable[[list[tuple[Candidate, RunSettings]]], "Run | None"]
 FINALIST = "finalist"  # the journal's phase for the finalist-only values' screening runs
 
 
-@dataclass(frozen=True)
-class Warm:
-    """A known answer to screen first: its label (where it came from) and its settings."""
-
-    label: str
-    settings: RunSettings
-
-
 class Search(Confirmation):
-    def __init__(self, start: RunSettings, rules: Rules, screen: Measure, repeat: Measure, judge: Measure,
-                 journal: Journal, limits: Limits, batch: int, warm: list[Warm] | None = None,
-                 log: Callable[[str], None] = print, prepare: Prepare | None = None) -> None:
-        self.start, self.rules, self.screen_run, self.repeat_run, self.judge = start, rules, screen, repeat, judge
-        self.journal, self.limits, self.batch, self.warm, self.log = journal, limits, batch, warm or [], log
-        self.prepare_run = prepare
+    """One search: `problem` (start, rules, batch) answered by measuring on `device` (protocol.Device), every run in
+    `journal`, within `limits`; `warm` known answers screened first, `log` each line the search prints."""
+
+    def __init__(self, problem: Problem, device: Device, journal: Journal, limits: Limits,
+                 warm: list[Warm] | None = None, log: Callable[[str], None] = print) -> None:
+        self.problem, self.device, self.journal, self.limits = problem, device, journal, limits
+        self.start, self.rules, self.batch = problem.start, problem.rules, problem.batch
+        self.warm, self.log = warm or [], log
         self.prepared: set[str] = set()  # the candidates this process has compiled ahead
         self.held = tuple(FINALIST_ONLY) if limits.finalist_only else ()
         self.paths: dict[str, list[Run]] = {}
@@ -94,7 +85,7 @@ class Search(Confirmation):
                 return None
             else:
                 self.log(f"search: {phase} #{self.journal.measured() + 1}: {cand.name}")
-                run = self.record(self.screen_run(cand, settings), cand, phase, cand.name)
+                run = self.record(self.device.screen(cand, settings), cand, phase, cand.name)
         if run.name not in self.met:
             self.met.add(run.name)
             self.order.append(run)
@@ -102,14 +93,11 @@ class Search(Confirmation):
 
     def record(self, run: Run, cand: Candidate, phase: str, key: str) -> Run:
         """A run just made, journaled under its phase and key (a repeat's key numbers it)."""
-        run.name, run.changes, run.phase = key, dict(cand.changes), phase
-        return self.journal.add(run)
+        return self.journal.add(replace(run, name=key, changes=dict(cand.changes), phase=phase))
 
     def prepare(self, cands: list[Candidate], start: Run | None) -> None:
         """Compile ahead, at once, the candidates about to be screened (each refused one as its partner), but those
         screened already and those beyond the runs the budget has left; journaled as a precompile entry."""
-        if self.prepare_run is None:
-            return
         todo: dict[str, Candidate] = {}
         for cand in cands:
             reason = self.rules(cand.settings(self.start))
@@ -119,7 +107,7 @@ class Search(Confirmation):
         left = self.budget.runs_left(start) if start is not None else self.limits.max_candidates
         batch = [(c, c.settings(self.start)) for c in list(todo.values())[:left]]
         self.prepared |= {c.name for c, _ in batch}
-        run = self.prepare_run(batch) if batch else None
+        run = self.device.prepare(batch) if batch else None
         if run is not None:
             number = 1 + sum(1 for phase, _ in self.journal.runs if phase == PRECOMPILE)
             self.record(run, Candidate(), PRECOMPILE, f"batch {number}")
@@ -137,14 +125,14 @@ class Search(Confirmation):
 
     # ---- the phases ----
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Outcome:
         known = [c for w in self.warm if (c := changes_from(self.start, w.settings)) is not None]
         first = [m for goal in GOALS for m in moves(Candidate(), self.start, goal, self.batch, self.held)]
         self.prepare([Candidate(), *known, *([] if known else first)], None)  # cold: the moves around the start too
         start = self.screen(Candidate(), "warm", None)
         if start is None or start.status != "ok":
             why = "the budget allowed no run" if start is None else f"{start.status}: {start.message}"
-            return {"status": "failed", "message": f"the start itself did not run ({why})"}
+            return Outcome("failed", f"the start itself did not run ({why})")
         confirmed = self.confirmed_start(start)  # first: a fresh process's cost is then measured, not guessed
         self.log(self.budget.plan_line(start))
         warm = [start]
@@ -158,18 +146,17 @@ class Search(Confirmation):
         explored += self.sample(start)
         ranked = {goal: self.finalists(goal, start, ranked[goal] + explored) for goal in GOALS}
         ranked["fastest"] = self.finalists("fastest", start, ranked["fastest"] + self.finalist_values(start, ranked))
-        start = confirmed
-        answers = self.undominated({goal: self.confirm(goal, start, ranked[goal]) for goal in GOALS})
-        for goal in GOALS:
-            if answers[goal].get("name") and self.journal.get("found", goal) is None:
-                settings = Candidate(tuple(answers[goal]["changes"].items())).settings(self.start)
+        answers = self.undominated({goal: self.confirm(goal, confirmed, ranked[goal]) for goal in GOALS})
+        for goal, answer in answers.items():
+            if answer.found and self.journal.get("found", goal) is None:
+                settings = answer.settings(self.start)
                 self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
-        return {"status": "ok", "start": start, **answers, "paths": self.paths, "front": self.front(start)}
+        return Outcome("ok", start=confirmed, answers=answers, paths=self.paths, front=self.front(confirmed))
 
     def tie(self) -> float:
         """The measured spread of a screening run's speed, as a share (the median over the runs that record it):
         speeds closer than this are ties on the front."""
-        return _median([float(r.extra["tps_spread"]) for r in self.order if r.extra.get("tps_spread")])
+        return median_or_zero([float(r.extra["tps_spread"]) for r in self.order if r.extra.get("tps_spread")])
 
     def front(self, start: Run) -> list[Run]:
         """The measured candidates no other beats on both tokens/s and peak memory (ties within the spread both
@@ -218,7 +205,7 @@ class Search(Confirmation):
         """Fastest's answer made leaner: each one-knob move that cut memory around lean's base, most first, added to
         the end of fastest's path and kept where it stays at lean's floor and cuts memory again. A move too slow on
         its own (checkpointing alone below the floor) can pay its way on a faster base; the points between the
-        goals' answers come from here. A move the fitted effects (front.Effects) predict below the floor, or no
+        goals' answers come from here. A move the fitted effects (explore.Effects) predict below the floor, or no
         leaner, costs no run."""
         fastest = (self.paths.get("fastest") or [None])[-1]
         if fastest is None or not self.eligible("lean", fastest, start):
@@ -309,18 +296,3 @@ class Search(Confirmation):
         """Larger is better: tokens/s for fastest, then less memory; less peak memory for lean, then tokens/s."""
         tps, mem = float(run.tokens_per_sec or 0), -float(run.peak_mem_mb or 0)
         return (tps, mem) if goal == "fastest" else (mem, tps)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-def found_variants(result: dict[str, Any], start: RunSettings, model: str) -> dict[str, dict[str, Any]]:
-    """params.yaml variants for what the search found, named after the goal and the model."""
-    out = {}
-    for goal in GOALS:
-        answer = result.get(goal) or {}
-        if answer.get("name"):
-            out[f"{goal}_{model}"] = knob_values(replace(start, **answer["changes"]))
-    return out
-

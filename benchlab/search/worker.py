@@ -1,6 +1,6 @@
 """The search's processes: the screening worker, the fresh-process runs, and the compiling ahead.
 
-**Screening** on a GPU runs on one long-lived worker process (`python -m stages.search DATA --worker`): the
+**Screening** on a GPU runs on one long-lived worker process (`python -m stages.search_worker DATA --worker`): the
 interpreter, torch, the tokens and the CUDA context are paid for once, not once per candidate. Each candidate
 still builds its model from the seeded weights, applies its knobs, compiles (from the cache where it can), warms up
 (bench.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled graph
@@ -144,7 +144,7 @@ class Worker:
 
     def screen(self, changes: dict[str, Any]) -> RunRecord:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "stages.search", self.data_dir, "--worker"],
+            self.proc = subprocess.Popen([sys.executable, "-m", "stages.search_worker", self.data_dir, "--worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                          preexec_fn=parent_watch.die_with_parent)
@@ -233,7 +233,7 @@ def precompile(batch: list[RunSettings], data_dir: str, processes: int, cores: i
                     path = Path(tmp) / f"candidate-{i}.json"
                     path.write_text(json.dumps({k: getattr(settings, k) for k in KNOBS}))
                     running.append(subprocess.Popen(
-                        [sys.executable, "-m", "stages.search", data_dir, "--precompile", str(path)], env=env,
+                        [sys.executable, "-m", "stages.search_worker", data_dir, "--precompile", str(path)], env=env,
                         stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, preexec_fn=parent_watch.die_with_parent))
                 done = running.pop(0)
                 code = done.wait()

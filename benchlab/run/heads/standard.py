@@ -50,7 +50,7 @@ class BodyThenHead:
     """The standard or inline head as two calls: the model's body as it is (under FSDP2: eager hooks around
     blocks compiled one by one), then the output layer and cross-entropy under `wrap_head` (torch.compile) as one
     graph. Under FSDP2 the head otherwise runs eagerly, its logits and their fp32 softmax materialized: on two
-    H200s that run held more memory per GPU than DDP (README "Past one GPU")."""
+    H200s that run held more memory per GPU than DDP (docs/parallelism.md)."""
 
     def __init__(self, model: GPT, kind: LossKind, wrap_head: Callable[[nn.Module], nn.Module]) -> None:
         if LOSS_HEADS[kind].owns_output_matmul:

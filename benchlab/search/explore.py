@@ -21,7 +21,7 @@ once, which measures it. A configuration already in the journal is never screene
 A pass that leaves a new point on the front starts another, around the new front; one that leaves none ends the
 exploration. So does the budget: each screening run starts only where it and the reserve for confirmation and
 parity fit (the `screen` handed in says None when they do not). On a device the exploration usually ends there:
-what it spends is what the front's other points would otherwise get for their parity verdicts (search.front).
+what it spends is what the front's other points would otherwise get for their parity verdicts (Search.front).
 """
 
 from __future__ import annotations
