@@ -35,8 +35,8 @@ SUMMARY_KEYS = (*_MEASURED_KEYS, "scaling_efficiency_pct", "val_loss_gap_1proc",
 REFERENCE_SEEDS = "reference-seeds"
 
 # The learning-parity check's window (README "Does it still learn the same"): a run's mean training loss over its
-# last 50 steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass head's
-# two parity runs ended 0.03 nats apart on the H200) and a verdict wants their spread.
+# last 50 steps, of 300. Kept for every repeat, since bf16 runs of one configuration part run to run (the one-pass
+# head's two parity runs ended 0.03 nats apart on the H200) and a verdict wants their spread.
 TAIL_STEPS = 50
 
 
