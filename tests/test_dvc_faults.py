@@ -257,38 +257,78 @@ def test_a_refused_stage_under_dvc_keeps_every_earlier_output(lab: Path, breaker
             (lab / name).unlink(missing_ok=True)
 
 
-def test_two_dvc_exp_runs_in_one_workspace_file_nothing_under_params_they_did_not_run_with(lab: Path) -> None:
+def exp_training(lab: Path, *args: str) -> subprocess.Popen:
+    """`dvc exp run ARGS train` in its own session, returned once its stage has read its params and trains."""
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", *args, "train"], cwd=lab, env=env_of(lab),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    began = next((line for line in proc.stdout if line.startswith("train: model=") or "ERROR" in line), "")
+    assert began.startswith("train: model="), began
+    return proc
+
+
+def filed(lab: Path, name: str) -> tuple[dict, dict]:
+    """The params.yaml and the train record that DVC filed under experiment `name`."""
+    refs = run(lab, "git", "for-each-ref", "--format=%(refname)", "refs/exps").stdout.split()
+    ref = next(r for r in refs if r.endswith(f"/{name}"))
+    return (yaml.safe_load(run(lab, "git", "show", f"{ref}:params.yaml").stdout),
+            json.loads(run(lab, "git", "show", f"{ref}:metrics/records/train.json").stdout))
+
+
+def _end(proc: subprocess.Popen, lab: Path) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in _processes_in(lab, "stages.train"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_second_dvc_exp_run_in_the_workspace_is_refused_before_it_writes_and_the_first_is_filed(lab: Path) -> None:
     """Issue 53: `dvc exp run -n exp_tf32 -S precision=tf32` started while another ran trained with bf16: DVC lets go
-    of its lock while a stage runs, so the second wrote its params.yaml under the first (and then stopped at DVC's
-    lock on the first's files); the workspace held a result under a request it was not run with."""
-    first = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", "-n", "first", "-S", "train.steps=40", "train"],
-                             cwd=lab, env=env_of(lab), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    of its lock while a stage runs, so the second wrote its params.yaml under the first, and both failed. The stage
+    now holds DVC's experiments lock, which DVC asks before it touches the workspace: the second is refused in a line
+    naming --queue and --temp (a --temp one too, which would stash the workspace first), the first is filed."""
+    first = exp_training(lab, "-n", "first", "-S", "train.steps=40")
     try:
-        assert first.stdout is not None
-        began = next((line for line in first.stdout if line.startswith("train: model=") or "ERROR" in line), "")
-        assert began.startswith("train: model="), began  # the stage has read its params and trains
-        second = run(lab, "exp", "run", "-n", "second", "-S", "precision=bf16", "train", check=False)
-        said = second.stdout + second.stderr
-        # refused: by DVC's lock on the first's files, or where none is shared, by the stage's lock on the workspace
-        assert second.returncode != 0 and "Traceback" not in said, said
-        assert "is busy, it is being blocked by" in said or "`dvc exp run --queue`" in said, said
-        assert yaml.safe_load((lab / "params.yaml").read_text())["precision"] == "bf16"  # written under the first
+        for second in (["-n", "second"], ["--temp", "-n", "second_temp"]):
+            proc = run(lab, "exp", "run", *second, "-S", "precision=bf16", "train", check=False)
+            said = proc.stdout + proc.stderr
+            assert proc.returncode != 0 and "'workspace' is busy" in said and "Traceback" not in said, said
+            line = next(line for line in said.splitlines() if "(PID " in line)
+            assert "stage train is running in this workspace" in line and "`dvc exp run --queue`" in line \
+                and "`dvc exp run --temp`" in line, said
+            assert yaml.safe_load((lab / "params.yaml").read_text())["precision"] == "fp32"  # nothing written
         out = first.communicate(timeout=300)[0]
-        assert first.returncode != 0, out
-        assert "error: params.yaml changed while train ran (another `dvc exp run` in this workspace?), so nothing " \
-               "was recorded under params it did not run with; run experiments side by side with `dvc exp run " \
-               "--queue` (then `dvc queue start`) or `dvc exp run --temp`" in out, out
-        assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
-        assert run(lab, "exp", "list").stdout.strip() == ""  # no experiment filed
+        assert first.returncode == 0, out
+        assert run(lab, "exp", "list", "--name-only").stdout.split() == ["first"]
+        params, record = filed(lab, "first")
+        assert (params["precision"], params["train"]["steps"]) == ("fp32", 40)
+        assert (record["precision"], record["steps"]) == ("fp32", 40)  # what it ran is what it was started with
+        assert yaml.safe_load((lab / "params.yaml").read_text()) == params
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-        for pid in _processes_in(lab, "stages.train"):
-            os.kill(pid, signal.SIGKILL)
+        _end(first, lab)
         run(lab, "exp", "remove", "--all", check=False)
-        run(lab, "git", "checkout", "--", "params.yaml")
+        run(lab, "git", "checkout", "--", "params.yaml", "dvc.lock")  # the lock without train: DVC checks out no model
+        for name in KEPT[2:]:  # the module's other tests start with nothing trained
+            (lab / name).unlink(missing_ok=True)
+
+
+def test_dvc_exp_runs_with_temp_go_side_by_side_each_with_its_own_params(lab: Path) -> None:
+    """Each --temp run's stages work in a copy under .dvc/tmp/exps and hold that copy's entry, not the workspace's."""
+    first = exp_training(lab, "--temp", "-n", "t_first", "-S", "train.steps=60")
+    try:
+        second = run(lab, "exp", "run", "--temp", "-n", "t_second", "-S", "precision=bf16", "train", check=False)
+        assert second.returncode == 0, second.stdout + second.stderr
+        out = first.communicate(timeout=300)[0]
+        assert first.returncode == 0, out
+        for name, precision, steps in (("t_first", "fp32", 60), ("t_second", "bf16", lab_params()["train"]["steps"])):
+            params, record = filed(lab, name)
+            assert (params["precision"], params["train"]["steps"]) == (precision, steps) \
+                == (record["precision"], record["steps"]), name
+        assert run(lab, "git", "status", "--porcelain", "--", "params.yaml").stdout == ""  # the workspace's is as it was
+    finally:
+        _end(first, lab)
+        run(lab, "exp", "remove", "--all", check=False)
 
 
 def test_a_stage_whose_params_yaml_changed_while_it_ran_records_nothing(lab: Path) -> None:

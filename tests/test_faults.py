@@ -439,3 +439,28 @@ def test_a_stage_whose_params_yaml_changes_under_it_records_nothing(workdir: Pat
         run_main(stage, [])
     assert "error: params.yaml changed while train ran" in capsys.readouterr().err
     assert (workdir / "out.json").read_text() == "earlier"
+
+
+def test_a_stage_whose_params_yaml_changed_since_its_run_s_first_stage_does_not_start(
+        workdir: Path, lock_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `dvc exp run` that got in between two stages of a run wrote its params.yaml: the run's next stage would
+    train under them, and DVC would file that under the run."""
+    ran = []
+    monkeypatch.setattr(parent_watch, "dvc_run", lambda: "4242:17")  # stages of one DVC process
+    monkeypatch.setenv("DVC_STAGE", "env")
+    run_main(lambda argv: ran.append("env"), [])
+    (workdir / "params.yaml").write_text((workdir / "params.yaml").read_text() + "precision: bf16\n")
+    monkeypatch.setenv("DVC_STAGE", "train")
+    with pytest.raises(SystemExit) as stop:
+        run_main(lambda argv: ran.append("train"), [])
+    assert stop.value.code == 2 and ran == ["env"]
+    assert capsys.readouterr().err.strip() == (
+        "error: params.yaml changed since this DVC run's first stage (another `dvc exp run` in this workspace?), so "
+        "train would run under params the run was not started with; run experiments side by side with `dvc exp run "
+        "--queue` (then `dvc queue start`) or `dvc exp run --temp`")
+    monkeypatch.setattr(parent_watch, "dvc_run", lambda: "4243:18")  # the next DVC run starts from these params
+    run_main(lambda argv: ran.append("train"), [])
+    monkeypatch.setattr(parent_watch, "dvc_run", lambda: "")  # so does a stage run by hand or by a script
+    (workdir / "params.yaml").write_text((workdir / "params.yaml").read_text() + "weight_dtype: bf16\n")
+    run_main(lambda argv: ran.append("by hand"), [])
+    assert ran == ["env", "train", "by hand"]

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -205,6 +206,29 @@ def test_the_starter_is_named_as_far_as_it_is_known(state: dict, arming: list, m
     monkeypatch.setattr(parent_watch, "watched", lambda: pairs)
     parent_watch.start()
     assert state["parent"] == parent
+
+
+def test_a_dvc_run_is_its_dvc_process_s_pid_and_start_time(state: dict) -> None:
+    """What locks.one_dvc_run tells one DVC run from the next by (a process given the same pid later starts later);
+    a stage that a script or a terminal starts is in no DVC run."""
+    def run_of(name: str) -> tuple[str, int]:
+        proc = subprocess.Popen(["bash", "-c", f"exec -a {name} sleep 30"])
+        try:
+            deadline = time.monotonic() + 30
+            while not Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(name.encode()):  # bash has exec'd
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            state["pairs"] = [(10, 20), (20, proc.pid)]
+            return parent_watch.dvc_run(), proc.pid
+        finally:
+            proc.kill()
+            proc.wait()
+
+    run, pid = run_of("dvc")  # as `dvc repro` is named: dvc, python .../bin/dvc or python -m dvc
+    assert run.startswith(f"{pid}:") and run.split(":")[1].isdigit(), run
+    assert run_of("sleep")[0] == ""
+    state["pairs"] = []
+    assert parent_watch.dvc_run() == ""
 
 
 def test_only_the_main_thread_arms_or_disarms(arming: list) -> None:

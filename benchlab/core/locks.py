@@ -4,8 +4,8 @@ one stage at a time in a workspace.
 `dvc queue start -j 2` or a second terminal could otherwise time two variants on one GPU at once, and both would
 record wrong numbers; two prepares into one folder would each delete the other's files half way. Each lock is an
 flock on a file in the system's temp folder (or BENCHLAB_LOCK_DIR), named after what it guards, so the kernel drops
-it however its holder dies, and experiments in their own workspaces never meet. torch is imported only to name a
-GPU's lock.
+it however its holder dies, and experiments in their own workspaces never meet. A stage under DVC also holds an entry
+in DVC's own experiments lock (exp_lock), which `dvc exp run` reads. torch is imported only to name a GPU's lock.
 """
 
 import fcntl
@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchlab.core import files, parent_watch
+from benchlab.core import exp_lock, files, parent_watch
 from benchlab.core.errors import LabError
+from benchlab.core.exp_lock import SIDE_BY_SIDE
 from benchlab.core.sections import LockMode
 
 if TYPE_CHECKING:
@@ -89,15 +90,26 @@ def sole_writer(path: str | Path, holder: str) -> Iterator[None]:
         yield
 
 
-# How to run experiments side by side: each in a workspace of its own.
-SIDE_BY_SIDE = "run experiments side by side with `dvc exp run --queue` (then `dvc queue start`) or `dvc exp run --temp`"
-
-
-def _params_sha256(path: Path) -> str | None:
+def _params_sha256(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
-        return None
+        return "unreadable"
+
+
+def _params_of_run(note: Path, params: Path) -> str:
+    """params.yaml's hash as the first stage of this DVC run saw it: that stage (this one, if it is the first) notes
+    it in `note` with the run (parent_watch.dvc_run), so a later stage finds it there. Outside a DVC run, now's."""
+    run, now = parent_watch.dvc_run(), _params_sha256(params)
+    try:
+        noted_run, noted = note.read_text().split()
+    except (OSError, ValueError):
+        noted_run = noted = ""
+    if run and noted_run == run:
+        return noted
+    if run:
+        note.write_text(f"{run} {now}")
+    return now
 
 
 @contextmanager
@@ -106,23 +118,37 @@ def one_dvc_run(params: str | Path = "params.yaml") -> Iterator[None]:
 
     DVC lets go of its own lock while a stage runs, so a second `dvc exp run` in the same workspace rewrote
     params.yaml under the first: `-S precision=tf32` trained with bf16, and results were filed under params they
-    were not run with. Here a stage of a second DVC run is refused at once, and a stage whose params.yaml changed
+    were not run with. Here the stage holds DVC's experiments lock (exp_lock: taken already as the stage's program
+    started, before its imports), so DVC refuses such a run before it writes anything, and a stage of a second DVC
+    run is refused at once. One that gets in all the same, in the moment between two stages, is caught: a stage
+    whose params.yaml differs from what its run's first stage saw does not start, and one whose params.yaml changed
     while it ran records nothing. Processes a stage starts are part of its run; outside DVC nothing is held."""
     if "DVC_STAGE" not in os.environ or parent_watch.started_by_stage():
         yield
         return
     path = Path(params)
-    key = hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:16]
+    lock = _folder() / f"benchlab-workspace-{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:16]}.lock"
     stage = os.environ["DVC_STAGE"]
-    with _held(_folder() / f"benchlab-workspace-{key}.lock", f"stage {stage}", None) as other:
+    with _held(lock, f"stage {stage}", None) as other:
         if other is not None:
             raise LabError(f"another DVC run is running a stage in this workspace ({other}); two runs here at once "
                            f"would each use the other's params.yaml: {SIDE_BY_SIDE}")
-        before = _params_sha256(path)
+        holder = exp_lock.hold(stage)
+        if holder is not None:
+            raise LabError(f"another DVC command holds this workspace ({holder}); a stage started under it would run "
+                           f"with its params.yaml: {SIDE_BY_SIDE}")
+        before = _params_of_run(lock.with_suffix(".run"), path)
+        if _params_sha256(path) != before:
+            raise LabError(f"params.yaml changed since this DVC run's first stage (another `dvc exp run` in this "
+                           f"workspace?), so {stage} would run under params the run was not started with; "
+                           f"{SIDE_BY_SIDE}")
 
         def unchanged() -> None:
             if _params_sha256(path) != before:
                 raise LabError(f"params.yaml changed while {stage} ran (another `dvc exp run` in this workspace?), "
                                f"so nothing was recorded under params it did not run with; {SIDE_BY_SIDE}")
         files.guard(unchanged)
-        yield
+        try:
+            yield
+        finally:
+            exp_lock.release()

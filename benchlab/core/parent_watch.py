@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from benchlab.core import exp_lock
+
 SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh"}
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
@@ -207,6 +209,23 @@ def parent_died() -> str:
     return f"the process that started it ({_state['parent']}) died"
 
 
+def dvc_run() -> str:
+    """The DVC process that started this stage as "pid:start time", which no later process given its pid shares:
+    what tells one DVC run from the next. Empty where no DVC did (a stage run by hand or by a script)."""
+    pairs = _state["pairs"]
+    pid = pairs[-1][1] if pairs else None  # the process above the shell DVC ran
+    if not pid:
+        return ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")[:3]  # dvc; python .../bin/dvc; python -m dvc
+        with open(f"/proc/{pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]  # field 22, counted after the name
+    except (OSError, IndexError):
+        return ""
+    return f"{pid}:{started}" if any(os.path.basename(arg) == b"dvc" for arg in argv) else ""
+
+
 def started_by_stage() -> bool:
     """Whether another stage started this process (a repeat, a rank, the search's worker): part of that stage's run."""
     return _state["started_by_stage"]
@@ -230,7 +249,9 @@ def start(cleanup: Callable[[], None] | None = None) -> None:
 def arm_early() -> None:
     """Arm the lifeline in a stage's program before its imports: a stop until run_main starts the stage's work
     ends the process at once; a starter already dead ends it now. The processes the stage starts inherit its
-    pid (STARTER), so that they can tell whether it still runs."""
+    pid (STARTER), so that they can tell whether it still runs. Under DVC, the stage also marks its workspace
+    busy in DVC's experiments lock now rather than after torch's seconds of imports, in which a `dvc exp run`
+    started in another terminal would rewrite params.yaml (exp_lock; run_main refuses the stage if it is busy)."""
     _state["before_work"] = True
     _state["started_by_stage"] = os.environ.get(STARTER, str(os.getpid())) != str(os.getpid())
     _arm()
@@ -238,6 +259,8 @@ def arm_early() -> None:
         _state["orphaned"] = _state["signalled"] = True
         _stop(parent_died(), 143)
     os.environ[STARTER] = str(os.getpid())
+    if "DVC_STAGE" in os.environ and not _state["started_by_stage"]:
+        exp_lock.hold(os.environ["DVC_STAGE"])
 
 
 def _arm() -> None:
