@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchlab.core import locks, parent_watch
+from benchlab.core import locks, parent_watch, process_chain
 from benchlab.core.errors import LabError
 from benchlab.core.stage_main import run_main
 from benchlab.run.harness import Neighbours
@@ -86,8 +86,8 @@ def test_a_busy_neighbour_is_seen_and_flagged() -> None:
 
 def test_orphan_detection_sees_a_new_parent() -> None:
     me = os.getpid()
-    assert parent_watch.orphaned([(me, os.getppid())]) is False
-    assert parent_watch.orphaned([(me, os.getppid() + 100000)]) is True  # as if our parent had died and init adopted us
+    assert process_chain.orphaned([(me, os.getppid())]) is False
+    assert process_chain.orphaned([(me, os.getppid() + 100000)]) is True  # as if our parent had died and init adopted us
 
 
 def test_a_stage_stopped_mid_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,10 +229,10 @@ def test_out_of_file_descriptors_is_not_a_dead_parent(monkeypatch: pytest.Monkey
         raise OSError(errno.EMFILE, "Too many open files")
 
     me, parent = os.getpid(), os.getppid()
-    grandparent = parent_watch._ppid_of(parent)
+    grandparent = process_chain.ppid_of(parent)
     monkeypatch.setattr(parent_watch, "open", no_descriptor, raising=False)
-    assert parent_watch.orphaned([(me, parent)]) is False
-    assert parent_watch.orphaned([(me, parent), (parent, grandparent)]) is False
+    assert process_chain.orphaned([(me, parent)]) is False
+    assert process_chain.orphaned([(me, parent), (parent, grandparent)]) is False
 
 
 def test_a_second_signal_does_not_interrupt_the_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:

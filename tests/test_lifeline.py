@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchlab.core import parent_watch
+from benchlab.core import parent_watch, process_chain
 
 REAL_THREAD = threading.Thread  # the arming fixture replaces threading.Thread
 
@@ -62,9 +62,9 @@ def test_the_watcher_stops_the_stage_once_its_starter_is_gone(state: dict, monke
         assert seen is pairs
         return next(looks)
 
-    monkeypatch.setattr(parent_watch, "orphaned", orphaned)
+    monkeypatch.setattr(process_chain, "orphaned", orphaned)
     monkeypatch.setattr(parent_watch.time, "sleep", sleeps)
-    monkeypatch.setattr(parent_watch.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(process_chain.os, "kill", lambda pid, sig: kills.append((pid, sig)))
     monkeypatch.setattr(parent_watch, "_force_stop", lambda: forced.append(list(sleeps)))
     parent_watch._watch(pairs)  # returns after the third look
     assert sleeps == [parent_watch.POLL_S] * 3 + [parent_watch.GRACE_S]
@@ -74,7 +74,7 @@ def test_the_watcher_stops_the_stage_once_its_starter_is_gone(state: dict, monke
 
 def test_a_watcher_that_never_sees_its_starter_go_is_stopped_by_the_test(state: dict,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: False)
+    monkeypatch.setattr(process_chain, "orphaned", lambda pairs: False)
     monkeypatch.setattr(parent_watch.time, "sleep", Sleeps(limit=5))
     with pytest.raises(AssertionError, match="slept 6 times"):
         parent_watch._watch([(os.getpid(), 41)])
@@ -84,9 +84,9 @@ def test_the_watcher_does_not_signal_a_stage_the_parent_death_signal_already_sto
         state: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     state["signalled"] = True
     forced = []
-    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: True)
+    monkeypatch.setattr(process_chain, "orphaned", lambda pairs: True)
     monkeypatch.setattr(parent_watch.time, "sleep", Sleeps())
-    monkeypatch.setattr(parent_watch.os, "kill", lambda pid, sig: pytest.fail("signalled twice"))
+    monkeypatch.setattr(process_chain.os, "kill", lambda pid, sig: pytest.fail("signalled twice"))
     monkeypatch.setattr(parent_watch, "_force_stop", lambda: forced.append(True))
     parent_watch._watch([(os.getpid(), 41)])
     assert state["orphaned"] is True and forced == [True]
@@ -121,29 +121,29 @@ def test_a_stop_waits_a_little_for_the_starter_to_be_seen_gone(state: dict, monk
     assert parent_watch._parent_gone(5.0) is True and time.monotonic() - began < 0.5
     state["orphaned"] = False
     looks = iter([False, False, True])
-    monkeypatch.setattr(parent_watch, "orphaned", lambda pairs: next(looks))
+    monkeypatch.setattr(process_chain, "orphaned", lambda pairs: next(looks))
     assert parent_watch._parent_gone(5.0) is True
 
 
 def test_a_shell_between_dvc_and_the_stage_is_watched_too(monkeypatch: pytest.MonkeyPatch) -> None:
     me, parent = os.getpid(), os.getppid()
-    monkeypatch.setattr(parent_watch, "_comm", lambda pid: {parent: "bash"}.get(pid, "python3"))
-    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: {parent: 7}[pid])
-    assert parent_watch.watched() == [(me, parent), (parent, 7)]
-    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "dvc")
-    assert parent_watch.watched() == [(me, parent)]
+    monkeypatch.setattr(process_chain, "comm", lambda pid: {parent: "bash"}.get(pid, "python3"))
+    monkeypatch.setattr(process_chain, "ppid_of", lambda pid: {parent: 7}[pid])
+    assert process_chain.watched() == [(me, parent), (parent, 7)]
+    monkeypatch.setattr(process_chain, "comm", lambda pid: "dvc")
+    assert process_chain.watched() == [(me, parent)]
 
     def unreadable(pid: int) -> int:
         raise OSError("no free file descriptor")
 
-    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "sh")
-    monkeypatch.setattr(parent_watch, "_ppid_of", unreadable)
-    assert parent_watch.watched() == [(me, parent)]
+    monkeypatch.setattr(process_chain, "comm", lambda pid: "sh")
+    monkeypatch.setattr(process_chain, "ppid_of", unreadable)
+    assert process_chain.watched() == [(me, parent)]
 
 
 def test_a_process_that_is_gone_has_no_name() -> None:
-    assert parent_watch._comm(2**22 + 12345) == ""  # above Linux's largest pid
-    assert parent_watch._comm(os.getpid()) != ""
+    assert process_chain.comm(2**22 + 12345) == ""  # above Linux's largest pid
+    assert process_chain.comm(os.getpid()) != ""
 
 
 def test_children_ask_for_the_parent_death_signal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,8 +171,8 @@ def arming(state: dict, monkeypatch: pytest.MonkeyPatch) -> list:
     calls: list = []
     monkeypatch.setitem(state, "started", False)
     monkeypatch.setattr(parent_watch.signal, "signal", lambda sig, handler: calls.append(("signal", sig, handler)))
-    monkeypatch.setattr(parent_watch, "watched", lambda: [(10, 20), (20, 41)])
-    monkeypatch.setattr(parent_watch, "_comm", lambda pid: {41: "dvc"}.get(pid, ""))
+    monkeypatch.setattr(process_chain, "watched", lambda: [(10, 20), (20, 41)])
+    monkeypatch.setattr(process_chain, "comm", lambda pid: {41: "dvc"}.get(pid, ""))
 
     class Thread:
         def __init__(self, **kwargs: object) -> None:
@@ -203,7 +203,7 @@ def test_arming_sets_the_handlers_each_time_and_the_watchers_once(state: dict, a
 @pytest.mark.parametrize(("pairs", "parent"), [([(10, None)], "its parent"), ([(10, 77)], "pid 77")])
 def test_the_starter_is_named_as_far_as_it_is_known(state: dict, arming: list, monkeypatch: pytest.MonkeyPatch,
                                                     pairs: list, parent: str) -> None:
-    monkeypatch.setattr(parent_watch, "watched", lambda: pairs)
+    monkeypatch.setattr(process_chain, "watched", lambda: pairs)
     parent_watch.start()
     assert state["parent"] == parent
 
@@ -255,13 +255,13 @@ def test_a_process_s_parent_is_read_past_a_name_with_brackets() -> None:
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "named"
-        assert parent_watch._comm(child.pid) == "a) 9 9 (b"
-        assert parent_watch._ppid_of(child.pid) == os.getpid()
+        assert process_chain.comm(child.pid) == "a) 9 9 (b"
+        assert process_chain.ppid_of(child.pid) == os.getpid()
     finally:
         child.kill()
         child.wait()
-    assert parent_watch._ppid_of(child.pid) is None  # gone
-    assert parent_watch._ppid_of(os.getpid()) == os.getppid()
+    assert process_chain.ppid_of(child.pid) is None  # gone
+    assert process_chain.ppid_of(os.getpid()) == os.getppid()
 
 
 # ---------------------------------------------------------------- issue 46: armed before the imports
@@ -278,7 +278,7 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list:
         codes.append(code)
         raise Exited(code)
 
-    monkeypatch.setattr(parent_watch.os, "_exit", exit_)
+    monkeypatch.setattr(process_chain.os, "_exit", exit_)
     return codes
 
 
@@ -363,25 +363,25 @@ def test_a_write_checks_the_chain_itself_before_any_signal_has_come(state: dict)
 def test_a_stage_started_by_a_stage_watches_the_chain_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
     parents = {me: 500, 500: 400, 400: 300, 300: 1}  # a rank, torchrun's agent, the bench stage, ...
-    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: parents.get(pid))
-    monkeypatch.setenv(parent_watch.STARTER, "400")
-    assert parent_watch.watched() == [(me, 500), (500, 400)]
-    monkeypatch.setenv(parent_watch.STARTER, "300")
-    assert parent_watch.watched() == [(me, 500), (500, 400), (400, 300)]
-    monkeypatch.setenv(parent_watch.STARTER, "77")  # not an ancestor: the starting stage is gone
-    assert parent_watch.watched() == []
+    monkeypatch.setattr(process_chain, "ppid_of", lambda pid: parents.get(pid))
+    monkeypatch.setenv(process_chain.STARTER, "400")
+    assert process_chain.watched() == [(me, 500), (500, 400)]
+    monkeypatch.setenv(process_chain.STARTER, "300")
+    assert process_chain.watched() == [(me, 500), (500, 400), (400, 300)]
+    monkeypatch.setenv(process_chain.STARTER, "77")  # not an ancestor: the starting stage is gone
+    assert process_chain.watched() == []
     parents[me] = 1  # adopted by init before the chain reached it
-    monkeypatch.setenv(parent_watch.STARTER, "400")
-    assert parent_watch.watched() == []
-    monkeypatch.setenv(parent_watch.STARTER, str(me))  # this stage's own pid, inherited through exec: not a starter
-    monkeypatch.setattr(parent_watch, "_comm", lambda pid: "dvc")
-    assert parent_watch.watched() == [(me, os.getppid())]
+    monkeypatch.setenv(process_chain.STARTER, "400")
+    assert process_chain.watched() == []
+    monkeypatch.setenv(process_chain.STARTER, str(me))  # this stage's own pid, inherited through exec: not a starter
+    monkeypatch.setattr(process_chain, "comm", lambda pid: "dvc")
+    assert process_chain.watched() == [(me, os.getppid())]
 
 
 def test_a_chain_up_to_a_starter_is_not_followed_forever(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parent_watch, "_ppid_of", lambda pid: pid + 1)  # never reaches it
-    monkeypatch.setenv(parent_watch.STARTER, "3")
-    assert parent_watch.watched() == []
+    monkeypatch.setattr(process_chain, "ppid_of", lambda pid: pid + 1)  # never reaches it
+    monkeypatch.setenv(process_chain.STARTER, "3")
+    assert process_chain.watched() == []
 
 
 @pytest.mark.parametrize(("pairs", "groups", "dvc", "adopted"), [
@@ -403,51 +403,51 @@ def test_a_stage_tells_at_arming_whether_its_starter_died_already(monkeypatch: p
             raise ProcessLookupError(pid)
         return groups[pid]
 
-    monkeypatch.setattr(parent_watch.os, "getpgid", getpgid)
-    monkeypatch.setattr(parent_watch.os, "getpid", lambda: 10)
+    monkeypatch.setattr(process_chain.os, "getpgid", getpgid)
+    monkeypatch.setattr(process_chain.os, "getpid", lambda: 10)
     if dvc:
         monkeypatch.setenv("DVC_STAGE", "train")
     else:
         monkeypatch.delenv("DVC_STAGE", raising=False)
-    assert parent_watch.adopted(pairs) is adopted
+    assert process_chain.adopted(pairs) is adopted
 
 
 def test_a_stage_leading_its_own_group_or_unable_to_look_is_not_taken_for_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DVC_STAGE", "train")
-    monkeypatch.setattr(parent_watch.os, "getpid", lambda: 10)
-    monkeypatch.setattr(parent_watch.os, "getpgid", lambda pid: 10 if pid == 0 else 99)
-    assert parent_watch.adopted([(10, 1)]) is False  # a terminal's job, a torchrun rank: whoever started us chose it
+    monkeypatch.setattr(process_chain.os, "getpid", lambda: 10)
+    monkeypatch.setattr(process_chain.os, "getpgid", lambda pid: 10 if pid == 0 else 99)
+    assert process_chain.adopted([(10, 1)]) is False  # a terminal's job, a torchrun rank: whoever started us chose it
 
     def denied(pid: int) -> int:
         if pid == 0:
             return 7
         raise PermissionError(pid)
 
-    monkeypatch.setattr(parent_watch.os, "getpgid", denied)
-    assert parent_watch.adopted([(10, 20)]) is False
+    monkeypatch.setattr(process_chain.os, "getpgid", denied)
+    assert process_chain.adopted([(10, 20)]) is False
 
 
 def test_arming_early_ends_a_stage_whose_starter_is_gone(state: dict, arming: list, exits: list,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(parent_watch.STARTER, "")  # so that the pid arming sets is taken back after the test
-    monkeypatch.delenv(parent_watch.STARTER)
-    monkeypatch.setattr(parent_watch, "adopted", lambda pairs: True)
+    monkeypatch.setenv(process_chain.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(process_chain.STARTER)
+    monkeypatch.setattr(process_chain, "adopted", lambda pairs: True)
     with pytest.raises(Exited):
         parent_watch.arm_early()
     assert exits == [143] and state["orphaned"] is True
     assert capsys.readouterr().err == ("stopped because the process that started it (dvc 41) died before its first "
                                        "step; nothing recorded\n")
-    assert parent_watch.STARTER not in os.environ
+    assert process_chain.STARTER not in os.environ
 
 
 def test_arming_early_hands_the_stage_s_pid_to_what_it_starts(state: dict, arming: list, exits: list,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(parent_watch.STARTER, "")  # so that the pid arming sets is taken back after the test
-    monkeypatch.delenv(parent_watch.STARTER)
-    monkeypatch.setattr(parent_watch, "adopted", lambda pairs: False)
+    monkeypatch.setenv(process_chain.STARTER, "")  # so that the pid arming sets is taken back after the test
+    monkeypatch.delenv(process_chain.STARTER)
+    monkeypatch.setattr(process_chain, "adopted", lambda pairs: False)
     parent_watch.arm_early()
-    assert exits == [] and state["before_work"] is True and os.environ[parent_watch.STARTER] == str(os.getpid())
+    assert exits == [] and state["before_work"] is True and os.environ[process_chain.STARTER] == str(os.getpid())
     assert ("prctl", 1, signal.SIGTERM) in arming and "thread started" in arming
     parent_watch.start()
     assert state["before_work"] is False  # run_main: the stage's work begins, a stop now raises into it

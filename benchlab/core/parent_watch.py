@@ -23,16 +23,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from benchlab.core import exp_lock
+from benchlab.core import exp_lock, process_chain
+from benchlab.core.process_chain import STARTER
 
-SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh"}
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
 # How long the watcher waits for its SIGTERM to stop the stage before it ends the process itself.
 GRACE_S = 0.8
-# Set by an armed stage for every process it starts: the pid of the stage, which must stay among their ancestors.
-STARTER = "BENCHLAB_STARTER_PID"
-MAX_CHAIN = 16  # processes between a stage and the stage that started it (torchrun's agent is one)
 
 
 class Stopped(Exception):
@@ -43,93 +40,10 @@ _state: dict = {"started": False, "orphaned": False, "signalled": False, "where"
                 "before_work": False, "cleanup": None, "started_by_stage": False}
 
 
-def _ppid_of(pid: int) -> int | None:
-    """The parent of `pid`, None once `pid` is gone; OSError when /proc cannot be read now (no free file
-    descriptor), which says nothing about the process."""
-    if pid == os.getpid():
-        return os.getppid()  # a system call: needs no file descriptor
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # Field 4, after the command name in parentheses (which may itself hold spaces).
-    return int(text.rsplit(")", 1)[1].split()[1])
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _chain_to(starter: int) -> list[tuple[int, int | None]] | None:
-    """(pid, its parent) from this process up to `starter`; None when `starter` is not among our ancestors."""
-    pairs: list[tuple[int, int | None]] = []
-    pid = os.getpid()
-    while len(pairs) < MAX_CHAIN:
-        parent = _ppid_of(pid)
-        if parent is None or parent <= 1:
-            return None
-        pairs.append((pid, parent))
-        if parent == starter:
-            return pairs
-        pid = parent
-    return None
-
-
-def watched() -> list[tuple[int, int | None]]:
-    """(pid, its parent now) for this process, for our parent when it is a shell, and up to the stage that
-    started us when one did (STARTER); empty when that stage is no longer among our ancestors."""
-    starter = os.environ.get(STARTER, "")
-    if starter.isdigit() and int(starter) != os.getpid():
-        try:
-            return _chain_to(int(starter)) or []
-        except (OSError, ValueError, IndexError):
-            pass  # /proc unreadable: watch our parent as below
-    me, parent = os.getpid(), os.getppid()
-    pairs: list[tuple[int, int | None]] = [(me, parent)]
-    if _comm(parent) in SHELLS:
-        try:
-            pairs.append((parent, _ppid_of(parent)))
-        except (OSError, ValueError, IndexError):
-            pass  # /proc unreadable: our own parent is still watched
-    return pairs
-
-
-def adopted(pairs: list[tuple[int, int | None]]) -> bool:
-    """Whether the chain shows that a starter died before we looked: no chain up to the stage that started us,
-    or a link whose parent is outside our process group and is either init or, for a stage DVC started (which
-    stays in DVC's process group), any process: a subreaper (`systemd --user` on a desktop) took it in.
-    A process leading its own group was put there by whoever started it, and shows nothing this way."""
-    if not pairs:
-        return True
-    ours = os.getpgid(0)
-    if ours == os.getpid():
-        return False
-    try:
-        return any(parent and os.getpgid(parent) != ours and (parent == 1 or "DVC_STAGE" in os.environ)
-                   for _, parent in pairs)
-    except ProcessLookupError:
-        return True  # a parent gone already
-    except OSError:
-        return False  # cannot tell: the watcher and the parent-death signal still look
-
-
-def orphaned(pairs: list[tuple[int, int | None]]) -> bool:
-    """Whether any watched process has a new parent: the one that started it died."""
-    try:
-        return any(_ppid_of(pid) != ppid for pid, ppid in pairs)
-    except (OSError, ValueError, IndexError):
-        return False  # cannot tell now (out of file descriptors, say): the next look decides
-
-
 def _watch(pairs: list[tuple[int, int | None]]) -> None:
     while True:
         time.sleep(POLL_S)
-        if orphaned(pairs):
+        if process_chain.orphaned(pairs):
             _state["orphaned"] = True
             if not _state["signalled"]:  # Linux's parent-death signal may have stopped the stage already
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -192,7 +106,7 @@ def _parent_gone(wait_s: float = 0.2) -> bool:
     Linux sends the parent-death signal when the *thread* that started us exits, which can be while the rest
     of the dying process still holds on as our parent for a few milliseconds, so a stop looks a little while."""
     deadline = time.monotonic() + wait_s
-    while not (_state["orphaned"] or orphaned(_state["pairs"])):
+    while not (_state["orphaned"] or process_chain.orphaned(_state["pairs"])):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -210,20 +124,8 @@ def parent_died() -> str:
 
 
 def dvc_run() -> str:
-    """The DVC process that started this stage as "pid:start time", which no later process given its pid shares:
-    what tells one DVC run from the next. Empty where no DVC did (a stage run by hand or by a script)."""
-    pairs = _state["pairs"]
-    pid = pairs[-1][1] if pairs else None  # the process above the shell DVC ran
-    if not pid:
-        return ""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")[:3]  # dvc; python .../bin/dvc; python -m dvc
-        with open(f"/proc/{pid}/stat") as f:
-            started = f.read().rsplit(")", 1)[1].split()[19]  # field 22, counted after the name
-    except (OSError, IndexError):
-        return ""
-    return f"{pid}:{started}" if any(os.path.basename(arg) == b"dvc" for arg in argv) else ""
+    """The DVC process that started this stage as "pid:start time" (process_chain.dvc_run); empty without one."""
+    return process_chain.dvc_run(_state["pairs"])
 
 
 def started_by_stage() -> bool:
@@ -255,7 +157,7 @@ def arm_early() -> None:
     _state["before_work"] = True
     _state["started_by_stage"] = os.environ.get(STARTER, str(os.getpid())) != str(os.getpid())
     _arm()
-    if adopted(_state["pairs"]):  # the starter died before we looked: the parent-death signal will never come
+    if process_chain.adopted(_state["pairs"]):  # the starter died before we looked: its death signal will never come
         _state["orphaned"] = _state["signalled"] = True
         _stop(parent_died(), 143)
     os.environ[STARTER] = str(os.getpid())
@@ -272,9 +174,9 @@ def _arm() -> None:
     if _state["started"]:
         return
     _state["started"] = True
-    _state["pairs"] = pairs = watched()
+    _state["pairs"] = pairs = process_chain.watched()
     starter = pairs[-1][1] if pairs else None  # DVC (or a terminal's shell), above the shell DVC ran
-    _state["parent"] = f"{_comm(starter) or 'pid'} {starter}" if starter else "its parent"
+    _state["parent"] = f"{process_chain.comm(starter) or 'pid'} {starter}" if starter else "its parent"
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -308,7 +210,7 @@ def die_with_parent() -> None:
 def check() -> None:
     """Raise Stopped if the stage should no longer write anything: its starter is gone, seen now if no signal or
     look of the watcher has told yet."""
-    if _state["orphaned"] or orphaned(_state["pairs"]):
+    if _state["orphaned"] or process_chain.orphaned(_state["pairs"]):
         _state["orphaned"] = True
         raise Stopped(parent_died())
 
