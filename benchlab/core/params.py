@@ -221,9 +221,31 @@ def _parse_resolved(data: dict, preset: str) -> Params:
             valid = ", ".join(sorted(sections | {"preset", "presets"} | set(TOP_LEVEL_KNOBS)))
             raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
     hints = get_type_hints(Params)
-    rest = _ttl_on_reference(rest)
+    rest = _ttl_on_reference(_variants_on_base(rest))
     kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
     return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
+
+
+BASE = "recipe"  # the one variant others may be written as changes to (`base: recipe`); every matrix stage lists it
+
+
+def _variants_on_base(data: dict) -> dict:
+    """A variant written `{base: recipe, <knob>: <value>, ...}` is the recipe's knobs with those changes: put on them
+    here, before the knobs are read, so that each variant reads as a whole `RunSettings` (and its record keeps them
+    whole) while params.yaml states only what it changes."""
+    variants = data.get("variants")
+    if not isinstance(variants, dict):
+        return data
+    based = {name: v for name, v in variants.items() if isinstance(v, dict) and "base" in v}
+    for name, changes in based.items():
+        if changes["base"] != BASE:
+            raise LabError(f"variants.{cut(str(name))}.base={shown(changes['base'])} is not valid; expected {BASE} "
+                           f"(the one base every matrix stage depends on), or no base: the knob table's defaults")
+        if not isinstance(variants.get(BASE), dict) or "base" in variants[BASE]:
+            raise LabError(f"variants.{cut(str(name))}.base={BASE} needs variants.{BASE} written as its own knobs")
+    merged = {name: {**variants[BASE], **{k: v for k, v in v.items() if k != "base"}} if name in based else v
+              for name, v in variants.items()}
+    return {**data, "variants": merged}
 
 
 def _ttl_on_reference(data: dict) -> dict:
