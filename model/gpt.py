@@ -7,16 +7,15 @@ compilation and the optimizer are applied from outside (benchlab/run/apply_knobs
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import get_args
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchlab.core.knobs import Attention  # the knob table declares the choices, once
-
-ATTENTION_KERNELS: tuple[str, ...] = get_args(Attention)
+from benchlab.core.attention_kernels import ATTENTION_KERNELS, Attention  # the catalog declares the choices, once
 
 
 @dataclass(frozen=True)
@@ -71,17 +70,53 @@ def padded_vocab(n: int, multiple: int = 64) -> int:
     return ((n + multiple - 1) // multiple) * multiple
 
 
+# The attention kernels: q, k, v (B, nh, T, hs) -> y (B, nh, T, hs), each position attending to itself and the
+# positions before it. `future` is the causal mask, True above the diagonal, or None for a kernel that reads none.
+
+
+def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, future: torch.Tensor | None) -> torch.Tensor:
+    """The causal-masked softmax written out: the (T, T) scores are made, masked and kept for backward."""
+    assert future is not None
+    T = q.size(-2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+    att = att.masked_fill(future[:, :, :T, :T], float("-inf"))
+    att = F.softmax(att, dim=-1)
+    return att @ v  # (B, nh, T, hs)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, future: torch.Tensor | None) -> torch.Tensor:
+    """torch's scaled_dot_product_attention, causal by itself: it picks a fused kernel for the device."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Kernel(NamedTuple):
+    """An attention kernel as the model runs it."""
+
+    forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+    masked: bool = False  # reads `future`: only its layers hold the mask (block_size² bools each)
+
+
+# The forward of each choice of the attention knob; what the rest of a run knows of it is its catalog entry
+# (benchlab/core/attention_kernels.py).
+ATTENTION: dict[str, Kernel] = {"manual": Kernel(manual_attention, masked=True), "sdpa": Kernel(sdpa_attention)}
+if tuple(ATTENTION) != tuple(ATTENTION_KERNELS):  # a bug in this module, found on import
+    raise ValueError(f"ATTENTION {tuple(ATTENTION)} must name the kernels of ATTENTION_KERNELS, "
+                     f"{tuple(ATTENTION_KERNELS)}")
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
-        self.attention = cfg.attention
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # adds into the residual stream
-        if cfg.attention == "manual":
-            # True above the diagonal: the future positions each query must not see.
+        kernel = ATTENTION[cfg.attention]
+        self.attend = kernel.forward
+        if kernel.masked:  # True above the diagonal: the future positions each query must not see.
             future = torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool).triu(diagonal=1)
             self.register_buffer("future", future.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
+        else:
+            self.register_buffer("future", None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -89,13 +124,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
-            att = att.masked_fill(self.future[:, :, :T, :T], float("-inf"))
-            att = F.softmax(att, dim=-1)
-            y = att @ v  # (B, nh, T, hs)
+        y = self.attend(q, k, v, self.future)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.proj(y)
 

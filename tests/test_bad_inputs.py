@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from benchlab.core.attention_kernels import ATTENTION_KERNELS
 from benchlab.core.sections import DataParams
 from benchlab.core.stage_main import run_main
 from benchlab.prep.corpus import prepare as prepare_corpus
@@ -201,7 +202,7 @@ CASES = [
     ("a process layout at the top level", set_params(parallel="ddp", nproc=2), ENV,
      "parallel='ddp' at the top level is not valid; set it in a variant (the train stage runs in one process"),
     ("unknown lock mode", set_params(bench__lock="steal"), ENV, "bench.lock='steal' is not valid; expected one of: wait, fail"),
-    ("unknown attention", set_params(attention="flash"), ENV, "expected one of: manual, sdpa"),
+    ("unknown attention", set_params(attention="flash"), ENV, f"expected one of: {', '.join(ATTENTION_KERNELS)}"),
     ("unknown model", set_params(model="gpt5"), ENV, "model='gpt5' is not valid; expected tiny, gpt_small, gpt2_124m, gpt2_350m, gpt2_774m, gpt2_1558m"),
     ("unknown device", set_params(device="tpu"), ENV, "expected one of: auto, cpu, cuda"),
     ("batch size not a number", set_params(train__batch_size="abc"), ENV, "train.batch_size='abc' is not valid; expected an integer"),

@@ -1,9 +1,9 @@
-"""The model: causal, kernel-independent, and GPT-2 sized."""
+"""The model: causal, kernel-independent (every attention kernel of `model.gpt.ATTENTION`), and GPT-2 sized."""
 
 import pytest
 import torch
 
-from model.gpt import GPT, PRESETS, GPTConfig, padded_vocab
+from model.gpt import ATTENTION, GPT, PRESETS, GPTConfig, padded_vocab
 
 
 def tiny(attention: str = "manual", **kw: object) -> GPT:
@@ -11,7 +11,7 @@ def tiny(attention: str = "manual", **kw: object) -> GPT:
     return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention=attention, **kw))
 
 
-@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+@pytest.mark.parametrize("attention", ATTENTION)
 def test_future_tokens_never_change_earlier_logits(attention: str) -> None:
     model = tiny(attention).eval()
     x = torch.randint(0, 64, (2, 16))
@@ -24,17 +24,18 @@ def test_future_tokens_never_change_earlier_logits(attention: str) -> None:
     assert not torch.allclose(a[:, 10:], b[:, 10:])
 
 
-def test_manual_and_sdpa_attention_agree_forward_and_backward() -> None:
-    manual, sdpa = tiny("manual"), tiny("sdpa")
-    sdpa.load_state_dict(manual.state_dict())
+@pytest.mark.parametrize("attention", [name for name in ATTENTION if name != "manual"])
+def test_every_attention_kernel_agrees_with_manual_forward_and_backward(attention: str) -> None:
+    manual, other = tiny("manual"), tiny(attention)
+    other.load_state_dict(manual.state_dict())
     x = torch.randint(0, 64, (3, 16))
     _, loss_m = manual(x, x)
-    _, loss_s = sdpa(x, x)
+    _, loss_o = other(x, x)
     loss_m.backward()
-    loss_s.backward()
-    torch.testing.assert_close(loss_m, loss_s, rtol=1e-5, atol=1e-6)
-    for (name, pm), ps in zip(manual.named_parameters(), sdpa.parameters()):
-        torch.testing.assert_close(pm.grad, ps.grad, rtol=1e-4, atol=1e-6, msg=name)
+    loss_o.backward()
+    torch.testing.assert_close(loss_m, loss_o, rtol=1e-5, atol=1e-6)
+    for (name, pm), po in zip(manual.named_parameters(), other.parameters()):
+        torch.testing.assert_close(pm.grad, po.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_gpt2_124m_matches_gpt2_small_parameter_count() -> None:
@@ -66,7 +67,7 @@ def test_presets_and_padding() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"n_head": 3}, "not divisible by n_head=3"),
     ({"n_layer": 0}, "n_layer must be positive"),
-    ({"attention": "flash"}, "valid: manual, sdpa"),
+    ({"attention": "flash"}, f"valid: {', '.join(ATTENTION)}"),
 ])
 def test_bad_configs_say_what_to_fix(kwargs: dict, message: str) -> None:
     base = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 64} | kwargs
@@ -100,7 +101,7 @@ def reference_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, (cfg.n_embd,), model.ln_f.weight) @ model.wte.weight.T
 
 
-@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+@pytest.mark.parametrize("attention", ATTENTION)
 def test_the_model_computes_gpt2_s_forward_as_written_out(attention: str) -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention=attention))

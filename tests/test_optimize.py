@@ -4,6 +4,7 @@ applied (the optimizer each knob value makes, checkpointing, float8, autocast, c
 import re
 import sys
 import types
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -11,17 +12,19 @@ from typing import Any, get_args
 import pytest
 import torch
 import torch._functorch.config
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchlab.core.attention_kernels import ATTENTION_KERNELS
 from benchlab.core.errors import LabError
 from benchlab.core.files import atomic_path, write_json
 from benchlab.core.knob_row import STEPS
 from benchlab.core.knobs import Optimizer, RunSettings
 from benchlab.core.sections import TrainParams
-from benchlab.run import apply_knobs, hardware
+from benchlab.run import activation_checkpointing, apply_knobs, hardware
 from benchlab.run.apply_knobs import apply, to_float8
 from benchlab.run.hardware import device_facts
 from benchlab.run.optimizers import make_optimizer, set_lr
-from benchlab.run.runner import train_step
+from benchlab.run.step import train_step
 from model.gpt import GPT, GPTConfig
 from tests.conftest import ROOT
 
@@ -67,7 +70,7 @@ def test_checkpointing_replays_random_ops_in_a_form_the_compile_cache_keeps(knob
     # torch 2.11's FX graph cache refuses the CUDA-graph-safe form, so a fresh process compiled `lean` again; the
     # plain form is kept except under CUDA graphs, which need the graph-safe one. Each run sets it, either way.
     with torch._functorch.config.patch(graphsafe_rng_functionalization=not graphsafe):
-        apply_knobs.rng_replay(RunSettings(**knobs))
+        activation_checkpointing.rng_replay(RunSettings(**knobs))
         assert torch._functorch.config.graphsafe_rng_functionalization is graphsafe
 
 
@@ -432,13 +435,42 @@ def test_the_device_auto_picks_and_cuda_without_a_gpu_is_refused_naming_the_buil
 def test_selective_checkpointing_keeps_matmul_and_attention_outputs_and_recomputes_the_rest() -> None:
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from benchlab.run.apply_knobs import _keep_matmuls
+    from benchlab.run.activation_checkpointing import _keep_matmuls
 
     for op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
                torch.ops.aten._scaled_dot_product_flash_attention.default):
         assert _keep_matmuls(None, op) == CheckpointPolicy.MUST_SAVE
     for op in (torch.ops.aten.add.Tensor, torch.ops.aten.gelu.default, torch.ops.aten.native_layer_norm.default):
         assert _keep_matmuls(None, op) == CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the ops that run under it, by name ("aten.mm.default")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.counts[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("attention", [name for name, kernel in ATTENTION_KERNELS.items() if kernel.saved_ops])
+def test_selective_checkpointing_keeps_the_attention_kernel_s_output_and_full_checkpointing_runs_it_again(
+        attention: str) -> None:
+    # Counted as they run in backward: a kept output is not recomputed. On a CPU, sdpa runs its flash port.
+    again = {}
+    for mode in ("full", "selective"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention=attention))
+        activation_checkpointing.checkpoint_blocks(model, mode)
+        x = torch.randint(0, 64, (2, 16))
+        _, loss = model(x, x)
+        with _Ops() as backward:
+            loss.backward()
+        again[mode] = sum(backward.counts[op] for op in ATTENTION_KERNELS[attention].saved_ops)
+    assert again == {"full": 2, "selective": 0}
 
 
 def test_device_facts_read_the_gpu_the_libraries_and_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,15 +518,15 @@ def test_blocks_are_wrapped_for_full_or_selective_recomputation(monkeypatch: pyt
     monkeypatch.setattr(checkpoint_module, "create_selective_checkpoint_contexts", contexts)
     model = _tiny()
     blocks = list(model.blocks)
-    apply_knobs.checkpoint_blocks(model, "full")
+    activation_checkpointing.checkpoint_blocks(model, "full")
     assert wrapped == [(b, {"preserve_rng_state": False}) for b in blocks]
     wrapped.clear()
     model = _tiny()
     blocks = list(model.blocks)
-    apply_knobs.checkpoint_blocks(model, "selective")
+    activation_checkpointing.checkpoint_blocks(model, "selective")
     assert [(block, kw["preserve_rng_state"]) for block, kw in wrapped] == [(b, False) for b in blocks]
     policy = wrapped[0][1]["context_fn"]
-    assert (policy.func, policy.args) == (contexts, (apply_knobs._keep_matmuls,))
+    assert (policy.func, policy.args) == (contexts, (activation_checkpointing._keep_matmuls,))
     assert all(isinstance(b, torch.nn.Identity) for b in model.blocks)  # each block replaced by its wrapper
 
 

@@ -1,4 +1,5 @@
-"""Board energy over the timed window (benchlab/run/power.py), its wiring into a run, and the result keys it gives.
+"""Board energy over the timed window (benchlab/run/power.py, the board found by benchlab/run/nvml_board.py), its
+wiring into a run, and the result keys it gives.
 
 NVML is replaced by a fake `pynvml` module, so the arithmetic and the fallbacks are checked without a GPU.
 """
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from benchlab.core.params import RunSettings
-from benchlab.run import harness, power
+from benchlab.run import harness, nvml_board, power
 from benchlab.run.launch import combine_ranks
 from benchlab.run.power import EnergyMeter, PowerReading
 from benchlab.run.results import measured_record
@@ -50,7 +51,7 @@ def fake_nvml(energy_mj: object = None, power_mw: object = None) -> types.Module
 def h200(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch sees one H200 at PCI address 0000:3b:00.0."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    monkeypatch.setattr(power, "pci_address", lambda device: "0000:3b:00.0")
+    monkeypatch.setattr(nvml_board, "pci_address", lambda device: "0000:3b:00.0")
 
 
 def counter_mj(watts: float, step_s: float = 0.0):
@@ -172,14 +173,14 @@ def test_nvml_handle_by_pci_address_else_by_index_only_where_the_numbering_agree
     nvml = fake_nvml()
     props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-    assert power.pci_address(GPU) == "0000:3b:00.0"
-    assert power.find_handle(nvml, GPU) == "handle" and nvml.calls[-1] == ("bus", "0000:3b:00.0")
+    assert nvml_board.pci_address(GPU) == "0000:3b:00.0"
+    assert nvml_board.find_handle(nvml, GPU) == "handle" and nvml.calls[-1] == ("bus", "0000:3b:00.0")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace())  # an older torch
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert power.find_handle(nvml, torch.device("cuda", 0)) == "handle" and nvml.calls[-1] == ("index", 0)
+    assert nvml_board.find_handle(nvml, torch.device("cuda", 0)) == "handle" and nvml.calls[-1] == ("index", 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # CUDA's 0 is NVML's 3
-    assert power.find_handle(nvml, torch.device("cuda", 0)) is None
+    assert nvml_board.find_handle(nvml, torch.device("cuda", 0)) is None
 
 
 def test_ranks_energies_and_powers_add_up_and_one_unread_rank_voids_them() -> None:

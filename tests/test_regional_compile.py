@@ -11,7 +11,7 @@ from benchlab.core.sections import TrainParams
 from benchlab.run import apply_knobs
 from benchlab.run.apply_knobs import apply, blocks_compiled
 from benchlab.run.heads.standard import BodyThenHead
-from benchlab.run.runner import train_step
+from benchlab.run.step import train_step
 from model.gpt import GPT, GPTConfig
 
 

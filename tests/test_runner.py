@@ -1,5 +1,6 @@
-"""benchlab/run/runner.py's loop, event by event: where the timed window opens and what is measured inside it, the
-params each step reads, and what one run's record says. The learning itself is tests/test_train.py's."""
+"""benchlab/run/runner.py's loop and benchlab/run/step.py's step, event by event: where the timed window opens and
+what is measured inside it, the params each step reads, and what one run's record says. The learning itself is
+tests/test_train.py's."""
 
 import json
 import os
@@ -15,8 +16,9 @@ from benchlab.core.params import Params, RunSettings
 from benchlab.run import harness, power, runner
 from benchlab.run.apply_knobs import apply
 from benchlab.run.data import BatchStream
-from benchlab.run.runner import LossReader, RunRecord, skipped_steps, train_once
+from benchlab.run.runner import RunRecord, train_once
 from benchlab.run.schedule import lr_at
+from benchlab.run.step import Diverged, LossReader, rank_slice, skipped_steps, to_device, train_step
 from model.gpt import GPT, GPTConfig
 
 CPU = torch.device("cpu")
@@ -116,8 +118,8 @@ def test_a_split_too_short_for_one_window_is_named(params: Params, tokens, split
 
 def test_each_rank_trains_on_its_own_rows_of_the_global_batch() -> None:
     x, y = torch.arange(24).view(6, 4), torch.arange(6)  # inputs and targets of different shapes
-    assert [t.tolist() for t in runner.rank_slice((x, y), 1, 3)] == [x[2:4].tolist(), [2, 3]]
-    assert [t.tolist() for t in runner.rank_slice((x, y), 0, 1)] == [x.tolist(), y.tolist()]
+    assert [t.tolist() for t in rank_slice((x, y), 1, 3)] == [x[2:4].tolist(), [2, 3]]
+    assert [t.tolist() for t in rank_slice((x, y), 0, 1)] == [x.tolist(), y.tolist()]
 
 
 def test_a_run_records_who_else_used_the_machine(params: Params, tokens) -> None:
@@ -179,7 +181,7 @@ def test_a_nan_loss_is_reported_with_its_own_step_and_value() -> None:
     for step, value in enumerate([5.0, 4.0, 3.0]):
         reader.push(step, torch.tensor(value))
     reader.push(3, torch.tensor(float("inf")))
-    with pytest.raises(runner.Diverged) as err:
+    with pytest.raises(Diverged) as err:
         reader.flush()
     assert (err.value.step, err.value.loss, str(err.value)) == (3, float("inf"), "loss became inf at step 3")
     assert reader.values == [5.0, 4.0, 3.0, float("inf")]
@@ -191,7 +193,7 @@ def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
     run = apply(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), RunSettings(), CPU,
                 params.train)
     x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
-    runner.train_step(run, x, x, grad_clip=1.0)
+    train_step(run, x, x, grad_clip=1.0)
     assert all(p.grad is None for p in run.model.parameters())  # freed, not zero-filled and kept
 
 
@@ -230,11 +232,11 @@ def test_a_batch_reaches_a_gpu_through_pinned_memory_without_blocking_the_host()
             return ("on device", self.name)
 
     gpu = torch.device("cuda", 1)
-    assert runner.to_device((Host("x"), Host("y")), gpu) == (("on device", "x"), ("on device", "y"))  # type: ignore[arg-type]
+    assert to_device((Host("x"), Host("y")), gpu) == (("on device", "x"), ("on device", "y"))  # type: ignore[arg-type]
     assert log == [("pin", "x"), ("to", "x", (gpu,), {"non_blocking": True}),
                    ("pin", "y"), ("to", "y", (gpu,), {"non_blocking": True})]
     batch = (torch.zeros(2), torch.ones(2))
-    assert runner.to_device(batch, CPU) is batch  # a CPU run copies nothing
+    assert to_device(batch, CPU) is batch  # a CPU run copies nothing
 
 
 def test_on_a_gpu_each_loss_is_read_one_step_late_from_pinned_memory_behind_an_event(
@@ -335,7 +337,7 @@ def test_an_fp16_step_scales_each_micro_batch_then_unscales_clips_and_steps_thro
     monkeypatch.setattr(run, "clip_gradients", lambda clip: log.append(("clip", clip)))
     x = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
     halves = [round(run.loss(x[i : i + 2], x[i : i + 2]).item() / 2, 4) for i in (0, 2)]  # before the step
-    loss = runner.train_step(run, x, x, grad_clip=0.7, micro_batches=2)
+    loss = train_step(run, x, x, grad_clip=0.7, micro_batches=2)
     assert log[:2] == [("scale", halves[0]), ("scale", halves[1])]
     assert log[2:] == [("unscale", run.optimizer), ("clip", 0.7), ("step", run.optimizer), "update"]
     assert round(loss.item(), 4) == round(halves[0] + halves[1], 4)
@@ -349,10 +351,10 @@ def test_a_step_is_one_micro_batch_unless_told_and_marks_each_cuda_graph_step(
     run.loss = lambda xs, ys: (log.append(("loss", xs.shape[0])), real_loss(xs, ys))[1]
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", Recorder(log, "mark"))
     x = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
-    runner.train_step(run, x, x, grad_clip=1.0)
+    train_step(run, x, x, grad_clip=1.0)
     assert log == [("loss", 4)]
     run.settings = replace(run.settings, compile_mode="reduce-overhead")
-    runner.train_step(run, x, x, grad_clip=1.0, micro_batches=2)
+    train_step(run, x, x, grad_clip=1.0, micro_batches=2)
     assert log[1:] == [("mark", (), {}), ("loss", 2), ("mark", (), {}), ("loss", 2)]
 
 

@@ -9,8 +9,9 @@ import torch
 from benchlab.core.params import Params, RunSettings, parse_params
 from benchlab.core.sections import TrainParams
 from benchlab.run.apply_knobs import apply
-from benchlab.run.runner import train_once, train_step
+from benchlab.run.runner import train_once
 from benchlab.run.schedule import lr_at
+from benchlab.run.step import train_step
 from model.gpt import GPT, GPTConfig
 from tests.conftest import micro_params
 

@@ -13,13 +13,13 @@ from dataclasses import Field, dataclass, fields
 from typing import Any, Literal
 
 from benchlab.core import skips
+from benchlab.core.attention_kernels import Attention, attention_doc
 from benchlab.core.errors import check, shown
 from benchlab.core.knob_row import Group, knob
 from benchlab.core.loss_heads import LossKind, check_loss_head, loss_doc
 from benchlab.core.skips import DeviceFacts
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
-Attention = Literal["manual", "sdpa"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
 CompileScope = Literal["model", "blocks"]
 # The compile modes that capture CUDA graphs: their memory pools escape the allocator's peak, and each step must
@@ -92,7 +92,7 @@ class RunSettings:
         "(weight decay's, late small steps) are lost, unless optimizer=adamw_bf16_sr rounds them stochastically",
         {"placement": "device placement (model.to)"}, skips.weight_dtype_skip, group="precision")
     attention: Attention = knob(
-        "manual", "manual: explicit causal-masked softmax; sdpa: torch's scaled_dot_product_attention",
+        "manual", attention_doc(),
         {"constructor": "the model's constructor (the one switch the model knows)"}, group="kernels")
     activation_checkpointing: Checkpointing = knob(
         "none", "none; full: every block recomputed in backward; selective: keep matmul and attention outputs, "

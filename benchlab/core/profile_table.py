@@ -1,6 +1,7 @@
 """The profile stage's tables (`plots/profiles/<variant>_kernels.md`) as one format: `benchlab.run.profiling` writes
 their rows and `benchlab.analysis.run_report` reads them back, both through this module, so the writer and the
-reader cannot drift. Also the kernel families a GPU profile groups its kernels into. Torch-free.
+reader cannot drift. Also the kernel families a GPU profile groups its kernels into (the attention family's names
+are the attention kernels' own, `benchlab.core.attention_kernels`). Torch-free.
 
 A GPU profile holds a family table (each family's device ms per traced step and share of the kernel time) and a
 kernel table; a CPU profile, which has no kernels, a table of the ops with the most self CPU time.
@@ -9,11 +10,13 @@ kernel table; a CPU profile, which has no kernels, a table of the ops with the m
 import re
 from typing import NamedTuple
 
+from benchlab.core.attention_kernels import kernel_names
+
 # First match wins; checked against the lower-cased kernel name.
 FAMILIES: list[tuple[str, tuple[str, ...]]] = [
     # First: NCCL's all-reduce, all-gather and reduce-scatter kernels, whatever they move.
     ("communication", ("nccl",)),
-    ("attention", ("sdpa", "flash", "fmha", "attention")),
+    ("attention", kernel_names()),
     ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_")),
     ("optimizer", ("adam", "multi_tensor_apply")),
     ("cross-entropy", ("log_softmax", "nll_loss", "cross_entropy")),

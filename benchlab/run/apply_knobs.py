@@ -3,12 +3,13 @@ one list of it (the knob table numbers each knob's steps by their place there). 
 that takes each step, checked against STEPS on import, and a test holds `apply` to calling them in that order.
 
 The attention kernel is the model's constructor's (`benchlab.run.build_model`); then `apply` places the model on its
-device in the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each block (and
-chooses how compiled backward replays random ops), applies data parallelism (FSDP2's fully_shard on every block and
-on the model; DDP goes around the loss head's module), builds the loss head, wrapped whole by torch.compile (with its
-mode), makes the optimizer (for-loop, fused, compiled, 8-bit or stochastically rounding AdamW, over the sharded
-parameters, with gradient clipping folded into the fused kernel when asked, the update compiled for adamw_compiled),
-and last the fp16 GradScaler (autocast itself is entered around each step's forward).
+device in the weights' dtype, sets the TF32 matmul flags, swaps in float8 Linear layers (torchao), checkpoints each
+block (and chooses how compiled backward replays random ops: `benchlab.run.activation_checkpointing`), applies data
+parallelism (FSDP2's fully_shard on every block and on the model; DDP goes around the loss head's module), builds
+the loss head, wrapped whole by torch.compile (with its mode), makes the optimizer (for-loop, fused, compiled, 8-bit
+or stochastically rounding AdamW, over the sharded parameters, with gradient clipping folded into the fused kernel
+when asked, the update compiled for adamw_compiled), and last the fp16 GradScaler (autocast itself is entered around
+each step's forward).
 
 The order is torchtitan's: float8 swaps modules before checkpointing wraps them, fully_shard wraps the checkpointed
 blocks, and compile sees the final module tree, calling through DDP (whose graph it splits at bucket boundaries, so
@@ -29,9 +30,10 @@ import torch.nn as nn
 
 from benchlab.core.errors import LabError
 from benchlab.core.knob_row import STEPS
-from benchlab.core.knobs import CUDA_GRAPH_MODES, RunSettings
+from benchlab.core.knobs import RunSettings
 from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.sections import TrainParams
+from benchlab.run.activation_checkpointing import checkpoint_blocks, rng_replay
 from benchlab.run.hardware import why_not
 from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
 from benchlab.run.optimizers import make_optimizer
@@ -65,46 +67,6 @@ def to_float8(model: GPT, which: str) -> None:
 
     chosen = FP8_LAYERS[which]
     convert_to_float8_training(model, module_filter_fn=lambda module, fqn: chosen(fqn))
-
-
-def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
-    """Selective checkpointing: save what matmuls and attention produce, recompute the rest."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    keep = op in _SAVED_OPS
-    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-_SAVED_OPS = {
-    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-}
-
-
-def checkpoint_blocks(model: GPT, mode: str) -> None:
-    """Wrap every block so backward recomputes it (full) or its cheap ops only (selective)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-    kwargs = {} if mode == "full" else {"context_fn": partial(create_selective_checkpoint_contexts, _keep_matmuls)}
-    for i, block in enumerate(model.blocks):
-        # The wrapper strips its own prefix from state_dict keys, so checkpoints stay loadable.
-        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False, **kwargs)
-
-
-def rng_replay(settings: RunSettings) -> None:
-    """How compiled, checkpointed blocks replay their random ops' state in backward (SDPA's kernels, flash or
-    cuDNN, are tagged random: they take a dropout seed, unused here). torch's default wraps each such op in the
-    CUDA-graph-safe `graphsafe_run_with_rng_state`, which torch 2.11's FX graph cache refuses: on the H200 every fresh
-    process compiled `lean` again, 18 to 22 s of warm-up against the recipe's 2 s (`results/h200-cache/`;
-    pytorch/pytorch #185562 makes it cacheable in later releases). Without CUDA graphs the plain
-    `run_and_save_rng_state` pair serves as well and is cached; under them the graph-safe form stays, as torch
-    requires. The flag is global and read when a graph is built (the first step after `apply`); every run sets it."""
-    torch._functorch.config.graphsafe_rng_functionalization = (
-        settings.activation_checkpointing == "none" or settings.compile_mode in CUDA_GRAPH_MODES)
 
 
 def compiler(settings: RunSettings) -> "partial[nn.Module] | None":

@@ -1,7 +1,7 @@
 """The GPU board's energy and mean power over a run's timed window, where the driver reports them (NVML).
 
 Users pay for energy as well as hours, so every GPU result records what the board drew while the timed steps
-ran. NVML (the `nvidia-ml-py` package, imported only here and only on a GPU) gives it two ways:
+ran. NVML (the `nvidia-ml-py` package; `benchlab.run.nvml_board` starts it and finds the board) gives it two ways:
 - the board's total-energy counter (mJ since the driver loaded; Volta and newer). The driver advances it in
   steps, about every 100 ms on the H200, so two plain reads at a window's edges are off by up to a step at each
   edge: a 34 ms window read 1,804 W on a 700 W card. A thread therefore reads the counter every `POLL_S`
@@ -18,7 +18,6 @@ driver that reports no power, a GPU NVML cannot find) the reading is None with a
 figure that was not measured is never recorded.
 """
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from benchlab.core.skips import GPU_INSTALL
+from benchlab.run import nvml_board
 
 # Between reads of the energy counter, outside the timed window: a move is seen within 5 ms, which at 700 W is
 # at most 3.5 J of a window's hundreds.
@@ -75,44 +74,6 @@ def counter_at(moves: list[tuple[float, float]], t: float) -> float | None:
         return on_line(before[-2], before[-1], t)
     if len(after) >= 2:
         return on_line(after[0], after[1], t)
-    return None
-
-
-def _nvml() -> ModuleType | str:
-    """The started pynvml module, or why there is none."""
-    try:
-        import pynvml
-    except ImportError:
-        return f"nvidia-ml-py is not installed: {GPU_INSTALL}"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:  # no NVIDIA driver (a ROCm GPU, a container without NVML)
-        return f"NVML did not start ({err}): no board power reading"
-    return pynvml
-
-
-def pci_address(device: torch.device) -> str | None:
-    """The PCI address ("0000:3b:00.0") of the GPU torch uses as `device`, or None where torch does not say."""
-    props = torch.cuda.get_device_properties(_index(device))
-    if getattr(props, "pci_bus_id", None) is None:
-        return None
-    return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-
-
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def find_handle(nvml: ModuleType, device: torch.device) -> Any | None:
-    """NVML's handle for the GPU torch uses: by PCI address, since NVML numbers every GPU of the machine in bus
-    order while CUDA numbers those CUDA_VISIBLE_DEVICES leaves, fastest first. By index only where the two must
-    agree: no CUDA_VISIBLE_DEVICES, and one GPU or CUDA_DEVICE_ORDER=PCI_BUS_ID."""
-    address = pci_address(device)
-    if address is not None:
-        return nvml.nvmlDeviceGetHandleByPciBusId(address)
-    same_order = torch.cuda.device_count() == 1 or os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
-    if "CUDA_VISIBLE_DEVICES" not in os.environ and same_order:
-        return nvml.nvmlDeviceGetHandleByIndex(_index(device))
     return None
 
 
@@ -174,7 +135,7 @@ class EnergyMeter:
         if device.type != "cuda":
             self.note = f"{device.type.upper()}: no board power reading"
             return
-        nvml = _nvml()
+        nvml = nvml_board.start()
         if isinstance(nvml, str):
             self.note = nvml
             return
@@ -196,7 +157,7 @@ class EnergyMeter:
         assert self.nvml is not None
         name = torch.cuda.get_device_name(device)
         try:
-            handle = find_handle(self.nvml, device)
+            handle = nvml_board.find_handle(self.nvml, device)
         except self.nvml.NVMLError as err:
             self.note = f"NVML cannot find {name} ({err}): no board power reading"
             return None
