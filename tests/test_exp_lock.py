@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +164,20 @@ def test_a_stage_started_while_a_dvc_exp_run_stashes_the_workspace_is_refused_in
 
     run_main(stage, [])
     assert ran == [[]] and not exp_lock.held()  # and let go at its end
+
+
+def test_a_holder_killed_a_moment_ago_counts_as_ended_once_it_is_a_zombie_or_gone() -> None:
+    """DVC counts a zombie as running; a stage killed with its DVC is one until it is reaped, and its entry must not
+    hold the workspace against the next repro (the wait in `hold`)."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert exp_lock._ended(child.pid) is False
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not exp_lock._ended(child.pid):  # killed, not yet waited for: a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert Path(f"/proc/{child.pid}").exists()
+    finally:
+        child.wait()
+    assert exp_lock._ended(child.pid) is True  # reaped: gone

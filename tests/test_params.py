@@ -1,5 +1,5 @@
-"""params.yaml into `Params` (benchlab/core/params.py): variants written as changes to the recipe (`base: recipe`)
-read as their whole settings, and a base no stage depends on is refused in one line; the variant a stage runs; the
+"""params.yaml into `Params` (benchlab/core/params.py): variants written as changes to an entry of `bases` (`base:
+recipe`) read as their whole settings, and a base that is not there is refused in one line; the variant a stage runs; the
 file read (a key given twice, its encoding, a YAML error by its line) and a preset's values put in place."""
 
 
@@ -13,39 +13,43 @@ import yaml
 
 from benchlab.core.errors import LabError
 from benchlab.core.loss_heads import LOSS_HEADS
-from benchlab.core.params import BASE, load_params, parse_params, variant_from
+from benchlab.core.params import load_params, parse_params, variant_from
 from benchlab.core.skips import DeviceFacts
 from tests.conftest import micro_params
 
 
 def test_a_variant_on_the_recipe_is_the_recipes_knobs_with_its_changes() -> None:
     data = micro_params()
-    data["variants"]["mine"] = {"base": BASE, "loss": "chunked", "optimizer": "adamw"}
+    data["variants"]["mine"] = {"base": "recipe", "loss": "chunked", "optimizer": "adamw"}
     p = parse_params(data)
-    assert p.variants["mine"] == replace(p.variants[BASE], loss="chunked", optimizer="adamw")
-    assert p.variants["mine"].precision == "bf16" and p.variants["mine"].compile  # the recipe's, not the defaults'
-    data["variants"][BASE]["attention"] = "manual"  # a change to the recipe reaches every variant written on it
+    assert p.variants["mine"] == replace(p.bases["recipe"], loss="chunked", optimizer="adamw")
+    assert p.variants["mine"].precision == "bf16" and p.variants["mine"].compile  # the base's, not the defaults'
+    assert p.variants["recipe"] == p.bases["recipe"]  # `{base: recipe}`: the base itself
+    data["bases"]["recipe"]["attention"] = "manual"  # a change to the base reaches every variant written on it
     assert parse_params(data).variants["mine"].attention == "manual"
+    matrix = {"fp32_baseline": {}, "mine": data["variants"]["mine"]}  # a matrix without the recipe may be written on it
+    data["variants"], data["profile"]["variants"] = matrix, []
+    data["aggregate"].update(fallback_baselines=[], ours=[], reference="fp32_baseline")
+    assert parse_params(data).variants["mine"].loss == "chunked"
 
 
-def test_every_variant_of_params_yaml_written_on_the_recipe_states_only_what_it_changes() -> None:
+def test_every_variant_of_params_yaml_written_on_a_base_states_only_what_it_changes() -> None:
     data = micro_params()
     p = parse_params(data)
     for name, written in data["variants"].items():
-        if isinstance(written, dict) and written.get("base") == BASE:
+        if isinstance(written, dict) and "base" in written:
             changed = {k: v for k, v in written.items() if k != "base"}
-            assert changed and all(getattr(p.variants[BASE], k) != v for k, v in changed.items()), name
+            assert all(getattr(p.bases[written["base"]], k) != v for k, v in changed.items()), name
 
 
-@pytest.mark.parametrize("variants, message", [
-    ({"mine": {"base": "tf32", "loss": "chunked"}},
-     "variants.mine.base='tf32' is not valid; expected recipe (the one base every matrix stage depends on)"),
-    ({"recipe": {"base": "recipe", "loss": "chunked"}}, "variants.recipe.base=recipe needs variants.recipe written"),
-])
-def test_a_base_other_than_the_recipe_is_refused_naming_the_key(variants: dict, message: str) -> None:
+@pytest.mark.parametrize("base", ["tf32", 3, None])
+def test_a_base_that_is_not_in_bases_is_refused_naming_the_key(base: object) -> None:
     data = micro_params()
-    data["variants"].update(variants)
-    with pytest.raises(LabError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    data["variants"]["mine"] = {"base": base, "loss": "chunked"}
+    with pytest.raises(LabError, match=r"^variants\.mine\.base=.* is not valid; expected one of bases: recipe$"):
+        parse_params(data)
+    data["bases"] = {}
+    with pytest.raises(LabError, match=r"expected one of bases: \(none: add a bases section\)$"):
         parse_params(data)
 
 

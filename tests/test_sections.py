@@ -23,8 +23,9 @@ from benchlab.core.params import Params, load_params, parse_params
 from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
 
-# The fields that name variants of the matrix: empty by default (params.yaml's are its own matrix).
-NAMES_VARIANTS = {"variants", "profile.variants", "parity.variants", "ttl.variants"}
+# The fields that name variants of the matrix (and the bases they are written on): empty by default
+# (params.yaml's are its own matrix).
+NAMES_VARIANTS = {"bases", "variants", "profile.variants", "parity.variants", "ttl.variants"}
 
 
 def default(f: Field) -> Any:

@@ -18,6 +18,8 @@ Where no DVC is importable or no `.dvc` folder is found, nothing is held.
 
 import atexit
 import contextlib
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,15 @@ WHY = (", and any `dvc exp run` started now (`--temp` too: each first stashes th
 WORKSPACE = "workspace"
 
 _state: dict[str, Any] = {"held": None}
+REAPED_S = 3.0  # how long a holder that was killed (a zombie, or gone) is given to be reaped before it counts
+
+
+def _ended(pid: int) -> bool:
+    """Whether the process is gone or a zombie: killed, its entry not yet dropped (DVC counts a zombie as running)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def busy_line(stage: str) -> str:
@@ -74,15 +85,22 @@ def hold(stage: str) -> str | None:
     except ImportError:
         return None
     folder = root / ".dvc" / "tmp" / "exps"
-    entry = rwlock(str(folder), localfs, busy_line(stage), [], [WORKSPACE], _hardlink_lock(root / ".dvc"))
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        entry.__enter__()
-    except LockError as err:
-        blockers = [line.strip().removesuffix(WHY) for line in str(err).splitlines() if line.strip().startswith("(PID")]
-        return "; ".join(blockers) or str(err)
-    except (OSError, DvcException):  # an unwritable .dvc/tmp or a corrupt lock file: DVC will name it itself
-        return None
+    deadline = time.monotonic() + REAPED_S
+    while True:
+        entry = rwlock(str(folder), localfs, busy_line(stage), [], [WORKSPACE], _hardlink_lock(root / ".dvc"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            entry.__enter__()
+            break
+        except LockError as err:
+            blockers = [line.strip().removesuffix(WHY) for line in str(err).splitlines()
+                        if line.strip().startswith("(PID")]
+            pids = [int(pid) for pid in re.findall(r"\(PID (\d+)\)", str(err))]
+            if not (pids and all(_ended(pid) for pid in pids) and time.monotonic() < deadline):
+                return "; ".join(blockers) or str(err)
+            time.sleep(0.1)  # a stage killed a moment ago: once reaped, DVC drops its entry
+        except (OSError, DvcException):  # an unwritable .dvc/tmp or a corrupt lock file: DVC will name it itself
+            return None
     _state["held"] = entry
     atexit.register(release)  # a stage that ends before run_main (an import error) lets go too
     return None

@@ -52,6 +52,8 @@ class Params:
     train: TrainParams = field(default_factory=TrainParams)
     bench: BenchParams = field(default_factory=BenchParams)
     eval: EvalParams = field(default_factory=EvalParams)
+    bases: dict[str, RunSettings] = field(default_factory=dict)
+    """What a variant may be written on (`base: <name>`): the base's knobs, then the variant's changes."""
     variants: dict[str, RunSettings] = field(default_factory=dict)
     aggregate: AggregateParams = field(default_factory=AggregateParams)
     profile: ProfileParams = field(default_factory=ProfileParams)
@@ -226,25 +228,23 @@ def _parse_resolved(data: dict, preset: str) -> Params:
     return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
 
 
-BASE = "recipe"  # the one variant others may be written as changes to (`base: recipe`); every matrix stage lists it
-
-
 def _variants_on_base(data: dict) -> dict:
-    """A variant written `{base: recipe, <knob>: <value>, ...}` is the recipe's knobs with those changes: put on them
-    here, before the knobs are read, so that each variant reads as a whole `RunSettings` (and its record keeps them
-    whole) while params.yaml states only what it changes."""
-    variants = data.get("variants")
+    """A variant written `{base: recipe, <knob>: <value>, ...}` is bases.recipe's knobs with those changes: put on
+    them here, before the knobs are read, so that each variant reads as a whole `RunSettings` (and its record keeps
+    them whole) while params.yaml states only what it changes. Every stage that reads a variant lists `bases`."""
+    variants, bases = data.get("variants"), data.get("bases")
     if not isinstance(variants, dict):
         return data
-    based = {name: v for name, v in variants.items() if isinstance(v, dict) and "base" in v}
-    for name, changes in based.items():
-        if changes["base"] != BASE:
-            raise LabError(f"variants.{cut(str(name))}.base={shown(changes['base'])} is not valid; expected {BASE} "
-                           f"(the one base every matrix stage depends on), or no base: the knob table's defaults")
-        if not isinstance(variants.get(BASE), dict) or "base" in variants[BASE]:
-            raise LabError(f"variants.{cut(str(name))}.base={BASE} needs variants.{BASE} written as its own knobs")
-    merged = {name: {**variants[BASE], **{k: v for k, v in v.items() if k != "base"}} if name in based else v
-              for name, v in variants.items()}
+    bases = bases if isinstance(bases, dict) else {}
+    merged = {}
+    for name, changes in variants.items():
+        if isinstance(changes, dict) and "base" in changes:
+            base = changes["base"]
+            if not isinstance(base, str) or not isinstance(bases.get(base), dict):
+                raise LabError(f"variants.{cut(str(name))}.base={shown(base)} is not valid; expected one of bases: "
+                               f"{', '.join(map(str, bases)) or '(none: add a bases section)'}")
+            changes = {**bases[base], **{k: v for k, v in changes.items() if k != "base"}}
+        merged[name] = changes
     return {**data, "variants": merged}
 
 
