@@ -13,19 +13,8 @@ from benchlab.core.knobs import (
     searched,
     unoptimized,
 )
-from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.params import parse_params
-from benchlab.core.skips import DeviceFacts
 from tests.conftest import micro_params
-
-LIGER_VERSION = LOSS_HEADS["onepass"].pinned
-
-V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION, cce=True)
-
 
 # --- the knob table's rows --------------------------------------------------------------------------------------
 

@@ -12,9 +12,7 @@ import pytest
 import yaml
 
 from benchlab.core.errors import LabError
-from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.params import load_params, parse_params, variant_from
-from benchlab.core.skips import DeviceFacts
 from tests.conftest import micro_params
 
 
@@ -51,15 +49,6 @@ def test_a_base_that_is_not_in_bases_is_refused_naming_the_key(base: object) -> 
     data["bases"] = {}
     with pytest.raises(LabError, match=r"expected one of bases: \(none: add a bases section\)$"):
         parse_params(data)
-
-
-LIGER_VERSION = LOSS_HEADS["onepass"].pinned
-
-V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION, cce=True)
 
 
 # --- the variant to run, and the file ---------------------------------------------------------------------------

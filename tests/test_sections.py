@@ -18,10 +18,10 @@ from benchlab.core.knobs import (
     check_combination,
     unsupported_reason,
 )
-from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.params import Params, load_params, parse_params
 from benchlab.core.skips import DeviceFacts
 from tests.conftest import ROOT, micro_params
+from tests.knob_cases import CPU, H200, LIGER_VERSION
 
 # The fields that name variants of the matrix (and the bases they are written on): empty by default
 # (params.yaml's are its own matrix).
@@ -60,16 +60,6 @@ def test_a_default_that_drifts_is_found() -> None:
     data["search"].pop("budget_s")
     drifted = {key for key, mine, theirs in defaults_and_values(data) if mine != theirs}
     assert {"train.steps", "search.budget_s"} <= drifted
-
-
-LIGER_VERSION = LOSS_HEADS["onepass"].pinned
-
-CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
-V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION, cce=True)
 
 
 # --- each section's own checks ----------------------------------------------------------------------------------

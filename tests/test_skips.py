@@ -7,18 +7,8 @@ from benchlab.core.knobs import (
     RunSettings,
     unsupported_reason,
 )
-from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.skips import DeviceFacts
-
-LIGER_VERSION = LOSS_HEADS["onepass"].pinned
-
-CPU = DeviceFacts(kind="cpu", name="cpu", cxx=True)
-V100 = DeviceFacts(kind="cuda", name="Tesla V100-SXM2-16GB", capability=(7, 0), bf16=False, triton=True)
-A100 = DeviceFacts(kind="cuda", name="NVIDIA A100", capability=(8, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION)
-H200 = DeviceFacts(kind="cuda", name="NVIDIA H200", capability=(9, 0), bf16=True, triton=True, torchao=True, liger=True,
-                  liger_version=LIGER_VERSION, cce=True)
-
+from tests.knob_cases import A100, CPU, H200, LIGER_VERSION, V100
 
 # --- skips: what a device cannot run ----------------------------------------------------------------------------
 
