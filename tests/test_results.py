@@ -142,7 +142,8 @@ def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
 
     def mark() -> None:
         done[0] += 1
-        Path(marks).write_text(str(done[0]))
+        Path(marks + ".tmp").write_text(str(done[0]))
+        os.replace(marks + ".tmp", marks)  # whole, so the parent never reads a half-written number
 
     rec = train_once(p, p.run, load_tokens(prepared), torch.device("cpu"), steps=120, warmup=2, on_step=mark)
     Path(out).write_text(rec.to_json())
@@ -160,7 +161,7 @@ def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp
     child.start()
     try:
         deadline = time.monotonic() + 120
-        while not (marks.exists() and marks.read_text() and int(marks.read_text()) >= 30):  # well inside the window
+        while not (marks.exists() and int(marks.read_text() or 0) >= 30):  # well inside the window
             assert child.is_alive() and time.monotonic() < deadline, "the child never reached step 30"
             time.sleep(0.005)
         os.kill(child.pid, signal.SIGSTOP)
