@@ -148,14 +148,17 @@ def machine(env: dict) -> str:
 
 def caption(folder: str, env: dict, params: dict, records: dict[str, dict], ref: str | None) -> str:
     first = next((r for r in records.values() if r.get("status") == "ok"), next(iter(records.values())))
-    train, bench = params.get("train", {}), params.get("bench", {})
+    # A folder from before params.yaml was grouped by stage holds the shape under train and the harness under bench.
+    shape = params.get("shape") or params.get("train", {})
+    bench = params.get("bench", {})
+    harness = params.get("harness") or bench
     software = ", ".join(f"{label} {env[k]}" for k, label in (("torch", "torch"), ("cuda", "CUDA")) if env.get(k))
     repeats = max((r.get("repeats") or 1) for r in records.values())
     dates = sorted(str(r["provenance.date_utc"])[:10] for r in records.values() if r.get("provenance.date_utc"))
-    cap = first.get("memory_cap_gib") or bench.get("memory_cap_gib")
+    cap = first.get("memory_cap_gib") or harness.get("memory_cap_gib")
     parts = [f"**{machine(env)}** ({software})", f"`{first.get('model', params.get('model'))}`",
-             f"batch {train.get('batch_size')} x {train.get('block_size')} tokens (a variant's own batch where it "
-             f"sets one)", f"{bench.get('steps')} steps of which {bench.get('warmup_steps')} warm-up",
+             f"batch {shape.get('batch_size')} x {shape.get('block_size')} tokens (a variant's own batch where it "
+             f"sets one)", f"{bench.get('steps')} steps of which {harness.get('warmup_steps')} warm-up",
              f"up to {repeats} fresh-process repeats per variant" if repeats > 1 else "one run per variant"]
     if cap:
         parts.append(f"GPU memory capped at {cap} GiB")

@@ -37,7 +37,7 @@ def one_way(way: str, data_dir: str, cache: Path, candidates: list[dict[str, Any
     os.environ["TRITON_CACHE_DIR"] = str(cache / way / "triton")
     p = load_params()
     start = worker.start_of(p)
-    tokens = p.batch_size(start) * p.train.block_size
+    tokens = p.batch_size(start) * p.shape.block_size
     out: dict[str, Any] = {"way": way, "runs": []}
     if way == "ahead":
         batch = [worker.ahead(replace(start, **c), "blocks") for c in candidates]

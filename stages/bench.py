@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> None:
         commit_outputs()
         return
     repeat_mode = ["stages.bench", "--variant", name, args.data_dir, args.result_dir, args.steps_dir]
-    with locks.device_lock(device, p.bench.lock, f"bench@{name}"):
+    with locks.device_lock(device, p.harness.lock, f"bench@{name}"):
         runs = launch.run_repeats(p, name, args.data_dir, repeat_mode)
     cfg, n_params = model_shape(p, settings, data.vocab_size)
-    record = {**measured_record(base, runs, cfg, n_params, p.bench.steady_tolerance), "repeats_asked": p.bench.repeats}
+    record = {**measured_record(base, runs, cfg, n_params, p.harness.steady_tolerance), "repeats_asked": p.bench.repeats}
     write_text(steps, steps_csv(runs[0]))
     write_json(result, record)
     commit_outputs()

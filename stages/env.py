@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     check_model(p)
     check_regular(p.data.corpus)  # before DVC hashes it for the prepare stage
     device = resolve_device(p.device)
-    harness.cap_memory(device, p.bench.memory_cap_gib)  # a cap on a CPU, or above the card, stops here
+    harness.cap_memory(device, p.harness.memory_cap_gib)  # a cap on a CPU, or above the card, stops here
     if p.preset != "cpu":
         replaced = presets.resolve(yaml.safe_load(open("params.yaml")))[2]
         print(f"env: preset {p.preset} replaces {', '.join(replaced)} (change them under presets.{p.preset})")

@@ -39,16 +39,16 @@ def main(argv: list[str] | None = None) -> None:
                        f"{which['tokenizer_sha256'][:12]}) than {args.data_dir} holds "
                        f"({data.meta.get('tokenizer_sha256', '')[:12]}, vocabulary {data.vocab_size}); rerun `dvc repro train` "
                        "on this data, or prepare the data it was trained on (data.vocab_size, data.tokenizer)")
-    if p.train.block_size > model.cfg.block_size:
-        raise LabError(f"train.block_size={p.train.block_size} is longer than the context of {args.checkpoint} "
-                       f"({model.cfg.block_size} tokens, model={which['model']}); set train.block_size to at most "
+    if p.shape.block_size > model.cfg.block_size:
+        raise LabError(f"shape.block_size={p.shape.block_size} is longer than the context of {args.checkpoint} "
+                       f"({model.cfg.block_size} tokens, model={which['model']}); set shape.block_size to at most "
                        f"{model.cfg.block_size}, or rerun `dvc repro train` with these params")
     # fp32, eager: one yardstick whatever the run trained with.
     loss = evaluate(model.to(device), p, data, device)
     if not math.isfinite(loss):
         raise LabError(f"the validation loss of {args.checkpoint} is {loss}, so nothing was recorded; its weights "
-                       "hold NaN or Inf: rerun `dvc repro train`, with a lower train.lr if it diverged")
-    n_tokens = p.eval.batches * p.train.batch_size * p.train.block_size
+                       "hold NaN or Inf: rerun `dvc repro train`, with a lower optim.lr if it diverged")
+    n_tokens = p.eval.batches * p.shape.batch_size * p.shape.block_size
     # The numbers DVC compares, and which model they belong to; the environment is in metrics/env.json.
     write_json(args.metrics, {"val_loss": loss, "val_perplexity": math.exp(loss), "eval_tokens": n_tokens, **which})
     commit_outputs()

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         parity.check_reference(p, ref)
     data, device = load_tokens(args.data_dir), resolve_device(p.device)
     target = p.parity.reference if reference else name
-    with locks.device_lock(device, p.bench.lock, f"parity@{target}"):
+    with locks.device_lock(device, p.harness.lock, f"parity@{target}"):
         runs = [parity.train_curve(p, target, data, device, seed) for seed in (p.parity.seeds if reference else p.parity.seeds[:1])]
     passes = parity.data_passes(p, target, data)
     if reference:

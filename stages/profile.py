@@ -1,6 +1,6 @@
 """Stage profile@<variant>: a torch.profiler trace and a top-kernels table of one variant in profile.variants.
 
-The traced run is bench's (benchlab/run/launch.py) with the profiler stepped after each step: bench.warmup_steps
+The traced run is bench's (benchlab/run/launch.py) with the profiler stepped after each step: harness.warmup_steps
 untraced steps first (compilation and allocator warm-up stay out of the trace), then profile.steps traced ones.
 The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 A `parallel` variant is traced under torchrun, as bench runs it: every rank
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     if reason:
         profiling.write_not_profiled(out, name, f"Not profiled on {device.type}: {reason}\n")
     elif on_ranks:
-        with locks.device_lock(device, p.bench.lock, f"profile@{name}"):
+        with locks.device_lock(device, p.harness.lock, f"profile@{name}"):
             launch.on_ranks(settings.nproc, ["stages.profile", "--variant", name, args.data_dir, str(out)])
     else:
         trace(p, name, args.data_dir, out)
@@ -58,16 +58,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def trace(p: Params, name: str, data_dir: str, out: Path) -> None:
     """Trace this process's run (one rank's under torchrun); the first rank writes the outputs."""
-    warm, active = p.bench.warmup_steps, p.profile.steps
+    warm, active = p.harness.warmup_steps, p.profile.steps
     with launch.rank_device(p, name) as device:
         data = load_tokens(data_dir)
-        lock = nullcontext() if dist.launched() else locks.device_lock(device, p.bench.lock, f"profile@{name}")
+        lock = nullcontext() if dist.launched() else locks.device_lock(device, p.harness.lock, f"profile@{name}")
         with lock, profiling.profiler(device, warm, active) as prof:
             rec = launch.train_variant(p, name, data, device, f"profile@{name}", warm + active, on_step=prof.step)
         if rec.status != "ok":
             raise LabError(f"profile@{name}: the run ended {rec.status}: {rec.message}")
         if dist.writes_record():
-            about = (f"{p.model}, batch {p.batch_size(p.variants[name])} x {p.train.block_size}, "
+            about = (f"{p.model}, batch {p.batch_size(p.variants[name])} x {p.shape.block_size}, "
                      f"{active} traced steps after {warm} warm-up steps.")
             profiling.write_profile(prof, out, name, device, about, active)
 

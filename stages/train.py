@@ -34,21 +34,21 @@ def main(argv: list[str] | None = None) -> None:
     if reason:
         raise LabError(reason)
     data = load_tokens(args.data_dir)
-    warmup = min(p.bench.warmup_steps, p.train.steps - 2)
+    warmup = min(p.harness.warmup_steps, p.train.steps - 2)
     if warmup < 1:
         raise LabError(f"train.steps={p.train.steps} is too few to time; use at least 3")
     print(f"train: model={p.model} {asdict(p.run)} on {device}, {p.train.steps} steps")
-    with locks.device_lock(device, p.bench.lock, "train"):
+    with locks.device_lock(device, p.harness.lock, "train"):
         rec = train_once(p, p.run, data, device, p.train.steps, warmup, keep_model=True, progress="train")
     if rec.status != "ok":
-        raise LabError(f"training stopped: {rec.message}; lower train.lr or use another precision")
+        raise LabError(f"training stopped: {rec.message}; lower optim.lr or use another precision")
     if rec.val_loss is None or not math.isfinite(rec.val_loss):
         raise LabError(f"the trained model's validation loss is {rec.val_loss}, so nothing was recorded; "
-                       "lower train.lr or use another precision")
+                       "lower optim.lr or use another precision")
     assert rec.run is not None
     model = rec.run.model
-    base = base_record("train", p, p.run, device.type, environment(), provenance())
-    record = measured_record(base, [rec], model.cfg, model.num_params(), p.bench.steady_tolerance)
+    base = base_record("train", p, p.run, device.type, environment(), provenance(), own="train")
+    record = measured_record(base, [rec], model.cfg, model.num_params(), p.harness.steady_tolerance)
     save_checkpoint(model, p.model, data.meta.get("tokenizer_sha256", ""), args.checkpoint)
     write_text(args.steps_csv, steps_csv(rec))
     write_json(args.record, record)

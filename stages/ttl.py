@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     def measure(q: Params, settings: RunSettings, seed: int, label: str) -> dict[str, Any]:
         return run_curve(q, settings, data, device, seed, label)
 
-    with locks.device_lock(device, p.bench.lock, f"ttl@{name}"):
+    with locks.device_lock(device, p.harness.lock, f"ttl@{name}"):
         out, runs = reference(p, measure) if ref is None else variant(p, name, ref, measure)
     write_text(curve, curve_csv(runs))
     write_json(record, {**settings_record(p), **out, **flat("env", environment()), **provenance()})

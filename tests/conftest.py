@@ -39,8 +39,10 @@ def micro_params(**overrides: object) -> dict:
     """params.yaml's content, shrunk so a run takes a second or two on CPU."""
     data = yaml.safe_load((ROOT / "params.yaml").read_text())
     data["data"]["vocab_size"] = 512
-    data["train"].update(batch_size=4, block_size=32, steps=12)
-    data["bench"].update(steps=6, warmup_steps=2, repeats=1)
+    data["shape"].update(batch_size=4, block_size=32)
+    data["train"]["steps"] = 12
+    data["harness"]["warmup_steps"] = 2
+    data["bench"].update(steps=6, repeats=1)
     data["eval"]["batches"] = 2
     data["profile"]["steps"] = 1
     data["parity"].update(steps=8, tail_steps=2, variants=[])  # parity stages only where a test asks for them

@@ -19,7 +19,7 @@ from benchlab.core.errors import LabError
 from benchlab.core.files import atomic_path, write_json
 from benchlab.core.knob_row import STEPS
 from benchlab.core.knobs import Optimizer, RunSettings
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run import activation_checkpointing, apply_knobs, hardware
 from benchlab.run.apply_knobs import apply, to_float8
 from benchlab.run.hardware import device_facts
@@ -45,7 +45,7 @@ def test_apply_takes_its_steps_in_the_order_the_knob_table_numbers_them(monkeypa
 
         monkeypatch.setattr(apply_knobs, name, spy)
     every_step = RunSettings(fp8="blocks", activation_checkpointing="full")
-    apply(_tiny(), every_step, torch.device("cpu"), TrainParams())
+    apply(_tiny(), every_step, torch.device("cpu"), OptimParams())
     assert called == [names[step] for step in STEPS[1:]]
 
 
@@ -76,14 +76,14 @@ def test_checkpointing_replays_random_ops_in_a_form_the_compile_cache_keeps(knob
 
 def test_apply_sets_how_checkpointed_blocks_replay_random_ops() -> None:
     with torch._functorch.config.patch(graphsafe_rng_functionalization=True):
-        apply(_tiny(), RunSettings(activation_checkpointing="full"), torch.device("cpu"), TrainParams())
+        apply(_tiny(), RunSettings(activation_checkpointing="full"), torch.device("cpu"), OptimParams())
         assert torch._functorch.config.graphsafe_rng_functionalization is False
 
 
 def test_optimizer_is_the_for_loop_baseline_or_the_fused_kernel() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    loop = make_optimizer(model, RunSettings(), TrainParams(lr=0.25))
-    fused = make_optimizer(model, RunSettings(optimizer="adamw_fused"), TrainParams(lr=0.25))
+    loop = make_optimizer(model, RunSettings(), OptimParams(lr=0.25))
+    fused = make_optimizer(model, RunSettings(optimizer="adamw_fused"), OptimParams(lr=0.25))
     assert loop.defaults["foreach"] is False and not loop.defaults["fused"]
     assert fused.defaults["fused"] is True
     for opt in (loop, fused):
@@ -106,14 +106,14 @@ def test_8bit_adam_is_torchaos_with_the_same_groups_and_a_tensor_learning_rate(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    opt = make_optimizer(model, RunSettings(optimizer="adamw_8bit"), TrainParams(lr=0.25))
+    opt = make_optimizer(model, RunSettings(optimizer="adamw_8bit"), OptimParams(lr=0.25))
     assert isinstance(opt, _FakeAdamW8bit) and opt.defaults["betas"] == (0.9, 0.95)
     decayed, plain = opt.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     lr_tensor = decayed["lr"]
     set_lr(opt, 0.5)
     assert decayed["lr"] is lr_tensor and float(lr_tensor) == 0.5 and float(plain["lr"]) == 0.5
-    plain_opt = make_optimizer(model, RunSettings(), TrainParams())
+    plain_opt = make_optimizer(model, RunSettings(), OptimParams())
     set_lr(plain_opt, 0.125)
     assert [g["lr"] for g in plain_opt.param_groups] == [0.125, 0.125]
 
@@ -124,7 +124,7 @@ def test_each_optimizer_choice_makes_its_own_adamw(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    made = {choice: make_optimizer(model, RunSettings(optimizer=choice), TrainParams(lr=0.25))
+    made = {choice: make_optimizer(model, RunSettings(optimizer=choice), OptimParams(lr=0.25))
             for choice in get_args(Optimizer) if choice != "muon"}  # muon is no AdamW: tests/test_muon.py
     assert made["adamw"].defaults["foreach"] is False and not made["adamw"].defaults["fused"]
     assert made["adamw_fused"].defaults["fused"] is True
@@ -169,7 +169,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)  # let fp16 run on the CPU
-    run = apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), TrainParams())
+    run = apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), OptimParams())
     assert isinstance(run.scaler, torch.amp.GradScaler)
     calls: list[str] = []
     for name in ("scale", "unscale_", "step", "update"):
@@ -179,7 +179,7 @@ def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.Mon
     train_step(run, *_batch(), grad_clip=1.0)
     assert calls == ["scale", "unscale_", "step", "update"]
     assert not torch.equal(before, run.model.blocks[0].mlp.fc.weight)  # the scaler's step moved the weights
-    assert apply(_tiny(), RunSettings(precision="bf16"), torch.device("cpu"), TrainParams()).scaler is None
+    assert apply(_tiny(), RunSettings(precision="bf16"), torch.device("cpu"), OptimParams()).scaler is None
 
 
 @pytest.mark.parametrize("mode, marks", [("reduce-overhead", 2), ("max-autotune", 2), ("max-autotune-no-cudagraphs", 0),
@@ -187,7 +187,7 @@ def test_fp16_creates_a_grad_scaler_and_steps_through_it(monkeypatch: pytest.Mon
 def test_each_micro_batch_tells_cuda_graphs_a_new_step_began(mode: str, marks: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the mark, a graph replay may overwrite the outputs of the last one while they are still read.
     monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
-    run = apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
+    run = apply(_tiny(), RunSettings(), torch.device("cpu"), OptimParams())
     run.settings = RunSettings(compile=mode != "default", compile_mode=mode)  # the step reads the mode only
     calls: list[int] = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append(1))
@@ -197,7 +197,7 @@ def test_each_micro_batch_tells_cuda_graphs_a_new_step_began(mode: str, marks: i
 
 @pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
 def test_autocast_puts_the_matmuls_in_the_run_precision(precision: str, dtype: torch.dtype) -> None:
-    run = apply(_tiny(), RunSettings(precision=precision), torch.device("cpu"), TrainParams())
+    run = apply(_tiny(), RunSettings(precision=precision), torch.device("cpu"), OptimParams())
     seen: list[torch.dtype] = []
     run.model.blocks[0].mlp.fc.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     train_step(run, *_batch(), grad_clip=1.0)
@@ -222,7 +222,7 @@ def test_an_interrupted_write_leaves_no_file(tmp_path: Path) -> None:
 
 
 def _weights_after_steps(settings: RunSettings, grad_clip: float, steps: int = 3) -> list[torch.Tensor]:
-    run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=0.01))
+    run = apply(_tiny(), settings, torch.device("cpu"), OptimParams(lr=0.01))
     for _ in range(steps):
         train_step(run, *_batch(), grad_clip=grad_clip)
     return [p.detach().clone() for p in run.model.parameters()]
@@ -247,7 +247,7 @@ def test_fused_clip_with_clipping_off_steps_unclipped() -> None:
 
 
 def test_fused_clip_leaves_the_gradients_to_the_kernel() -> None:
-    run = apply(_tiny(), RunSettings(optimizer="adamw_fused", fused_clip=True), torch.device("cpu"), TrainParams())
+    run = apply(_tiny(), RunSettings(optimizer="adamw_fused", fused_clip=True), torch.device("cpu"), OptimParams())
     with run.autocast():
         run.loss(*_batch()).backward()
     grads = [p.grad.clone() for p in run.model.parameters()]
@@ -272,7 +272,7 @@ def test_fused_adamw_leaves_the_gradients_divided_by_its_grad_scale() -> None:
 @pytest.mark.parametrize("loss", ["standard", "chunked", "onepass"])
 def test_bf16_weights_keep_parameters_gradients_and_moments_in_bf16(loss: str) -> None:
     settings = RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_fused", fused_clip=True, loss=loss)  # type: ignore[arg-type]
-    run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=0.01))
+    run = apply(_tiny(), settings, torch.device("cpu"), OptimParams(lr=0.01))
     params = list(run.model.parameters())
     assert {p.dtype for p in params} == {torch.bfloat16}
     with run.autocast():
@@ -291,7 +291,7 @@ def test_bf16_weights_train_as_fp32_weights_do_up_to_bf16_rounding() -> None:
     curves = {}
     for dtype in ("fp32", "bf16"):
         run = apply(_tiny(), RunSettings(precision="bf16", weight_dtype=dtype, optimizer="adamw_fused"),  # type: ignore[arg-type]
-                    torch.device("cpu"), TrainParams(lr=0.01))
+                    torch.device("cpu"), OptimParams(lr=0.01))
         curves[dtype] = [float(train_step(run, *_batch(), grad_clip=1.0)) for _ in range(8)]
     assert curves["fp32"][-1] < curves["fp32"][0] - 0.3  # it learns
     for a, b in zip(curves["fp32"], curves["bf16"]):
@@ -305,9 +305,9 @@ def test_stochastic_rounding_is_torchaos_adamw_with_the_same_groups() -> None:
 
     model = _tiny().to(torch.bfloat16)
     opt = make_optimizer(model, RunSettings(precision="bf16", weight_dtype="bf16", optimizer="adamw_bf16_sr"),
-                         TrainParams(lr=0.01))
+                         OptimParams(lr=0.01))
     assert isinstance(opt, OneCallAdamW) and opt.bf16_stochastic_round
-    assert [g["weight_decay"] for g in opt.param_groups] == [TrainParams().weight_decay, 0.0]
+    assert [g["weight_decay"] for g in opt.param_groups] == [OptimParams().weight_decay, 0.0]
     assert all(p.dim() >= 2 for p in opt.param_groups[0]["params"]) and all(p.dim() < 2 for p in opt.param_groups[1]["params"])
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
     set_lr(opt, 0.002)
@@ -325,7 +325,7 @@ def test_updates_below_bf16s_resolution_survive_only_stochastic_rounding(optimiz
         layer.weight.fill_(1.0)
     layer.weight.grad = torch.full_like(layer.weight, 0.5)
     settings = RunSettings(precision="bf16", weight_dtype="bf16", optimizer=optimizer)  # type: ignore[arg-type]
-    make_optimizer(layer, settings, TrainParams(lr=1e-3, weight_decay=0.0)).step()
+    make_optimizer(layer, settings, OptimParams(lr=1e-3, weight_decay=0.0)).step()
     values = set(layer.weight.float().flatten().tolist())
     mean = layer.weight.float().mean().item()
     if optimizer == "adamw_fused":
@@ -377,7 +377,7 @@ def test_one_call_step_is_torchaos_step_over_every_parameter() -> None:
 
 def _weights_under_a_schedule(settings: RunSettings, lrs: tuple[float, ...]) -> tuple[list[torch.Tensor], int]:
     """The weights after one clipped step per learning rate, and how many graphs dynamo compiled meanwhile."""
-    run = apply(_tiny(), settings, torch.device("cpu"), TrainParams(lr=lrs[0]))
+    run = apply(_tiny(), settings, torch.device("cpu"), OptimParams(lr=lrs[0]))
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for lr in lrs:
         set_lr(run.optimizer, lr)
@@ -406,10 +406,10 @@ def test_compiled_update_takes_the_compile_mode(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
     monkeypatch.setattr(torch, "compile", lambda fn, mode=None: seen.append(mode) or fn)
     apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead", optimizer="adamw_compiled"),
-          torch.device("cpu"), TrainParams())
+          torch.device("cpu"), OptimParams())
     assert seen[-1] == "reduce-overhead" and len(seen) == 2  # the loss head, then the update
     seen.clear()
-    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead"), torch.device("cpu"), TrainParams())
+    apply(_tiny(), RunSettings(compile=True, compile_mode="reduce-overhead"), torch.device("cpu"), OptimParams())
     assert seen == ["reduce-overhead"]  # the loss head alone
 
 
@@ -582,7 +582,7 @@ def test_apply_hands_each_step_the_model_it_built_the_settings_and_the_device(mo
     real_head = apply_knobs.loss_head
     monkeypatch.setattr(apply_knobs, "loss_head", lambda m, s, d: seen.setdefault("loss_head", (m, s, d)) and
                         real_head(m, RunSettings(), d))
-    run = apply(model, settings, device, TrainParams())
+    run = apply(model, settings, device, OptimParams())
     assert seen == {"why_not": (settings, device), "place": (model, settings, device), "set_tf32": (settings, device),
                     "to_float8": (placed, "blocks"), "checkpoint_blocks": (placed, "selective"),
                     "rng_replay": (settings,), "parallelize": (placed, settings, device),
@@ -593,11 +593,11 @@ def test_apply_hands_each_step_the_model_it_built_the_settings_and_the_device(mo
 def test_apply_refuses_what_the_device_cannot_run_by_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apply_knobs, "why_not", lambda s, d: "precision=fp16 with loss scaling needs a CUDA GPU")
     with pytest.raises(LabError) as err:
-        apply(_tiny(), RunSettings(), torch.device("cpu"), TrainParams())
+        apply(_tiny(), RunSettings(), torch.device("cpu"), OptimParams())
     assert str(err.value) == "precision=fp16 with loss scaling needs a CUDA GPU"
     with pytest.raises(LabError, match="precision=fp16"):  # the real check, not a stand-in
         monkeypatch.undo()
-        apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), TrainParams())
+        apply(_tiny(), RunSettings(precision="fp16"), torch.device("cpu"), OptimParams())
 
 
 def test_the_loss_head_gets_the_run_s_device_and_its_compile_choice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,7 @@ def prepare_tokens(corpus: Path, vocab: int, val: float, out: Path, text_limit: 
 
 def small_data(root: Path) -> None:
     """Token files from a 3 kB text: a validation split of about 100 tokens."""
-    set_params(model="gpt_small", train__block_size=256, train__batch_size=1)(root)
+    set_params(model="gpt_small", shape__block_size=256, shape__batch_size=1)(root)
     shutil.rmtree(root / "prep")
     prepare_tokens(root / "corpus.txt", 300, 0.1, root / "prep", text_limit=3000)
 
@@ -201,27 +201,27 @@ CASES = [
      "ddp_comm_hook is set"),
     ("a process layout at the top level", set_params(parallel="ddp", nproc=2), ENV,
      "parallel='ddp' at the top level is not valid; set it in a variant (the train stage runs in one process"),
-    ("unknown lock mode", set_params(bench__lock="steal"), ENV, "bench.lock='steal' is not valid; expected one of: wait, fail"),
+    ("unknown lock mode", set_params(harness__lock="steal"), ENV, "harness.lock='steal' is not valid; expected one of: wait, fail"),
     ("unknown attention", set_params(attention="flash"), ENV, f"expected one of: {', '.join(ATTENTION_KERNELS)}"),
     ("unknown model", set_params(model="gpt5"), ENV, "model='gpt5' is not valid; expected tiny, gpt_small, gpt2_124m, gpt2_350m, gpt2_774m, gpt2_1558m"),
     ("unknown device", set_params(device="tpu"), ENV, "expected one of: auto, cpu, cuda"),
-    ("batch size not a number", set_params(train__batch_size="abc"), ENV, "train.batch_size='abc' is not valid; expected an integer"),
-    ("zero batch size", set_params(train__batch_size=0), ENV, "train.batch_size=0 is not valid; expected a positive integer"),
-    ("negative block size", set_params(train__block_size=-8), ENV, "train.block_size=-8"),
-    ("context longer than the preset", set_params(train__block_size=256), ENV, "at most 128, the context of model=tiny"),
+    ("batch size not a number", set_params(shape__batch_size="abc"), ENV, "shape.batch_size='abc' is not valid; expected an integer"),
+    ("zero batch size", set_params(shape__batch_size=0), ENV, "shape.batch_size=0 is not valid; expected a positive integer"),
+    ("negative block size", set_params(shape__block_size=-8), ENV, "shape.block_size=-8"),
+    ("context longer than the preset", set_params(shape__block_size=256), ENV, "at most 128, the context of model=tiny"),
     ("bool given as text", set_params(compile="yes"), ENV, "compile='yes' is not valid; expected true or false"),
-    ("negative learning rate", set_params(train__lr=-0.1), ENV, "train.lr=-0.1"),
-    ("float given as text", set_params(train__lr="fast"), ENV, "train.lr='fast' is not valid; expected a number"),
-    ("too few bench steps", set_params(bench__steps=3), ENV, "bench.steps=3 is not valid; expected at least bench.warmup_steps + 2"),
+    ("negative learning rate", set_params(optim__lr=-0.1), ENV, "optim.lr=-0.1"),
+    ("float given as text", set_params(optim__lr="fast"), ENV, "optim.lr='fast' is not valid; expected a number"),
+    ("too few bench steps", set_params(bench__steps=3), ENV, "bench.steps=3 is not valid; expected at least harness.warmup_steps + 2"),
     ("zero repeats", set_params(bench__repeats=0), ENV, "bench.repeats=0"),
     ("validation share too large", set_params(data__val_fraction=0.9), ENV, "data.val_fraction=0.9"),
     ("vocabulary too small", set_params(data__vocab_size=100), ENV, "data.vocab_size=100"),
-    ("floor above the peak learning rate", set_params(train__min_lr=0.5), ENV, "train.min_lr=0.5 is not valid; expected between 0 and train.lr"),
-    ("negative warm-up", set_params(train__lr_warmup_steps=-1), ENV, "train.lr_warmup_steps=-1"),
-    ("negative weight decay", set_params(train__weight_decay=-0.1), ENV, "train.weight_decay=-0.1"),
-    ("negative gradient clip", set_params(train__grad_clip=-1.0), ENV, "train.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
-    ("no untimed warm-up", set_params(bench__warmup_steps=0), ENV, "bench.warmup_steps=0 is not valid; expected 1 or more"),
-    ("zero steady-state tolerance", set_params(bench__steady_tolerance=0), ENV, "bench.steady_tolerance=0.0"),
+    ("floor above the peak learning rate", set_params(optim__min_lr=0.5), ENV, "optim.min_lr=0.5 is not valid; expected between 0 and optim.lr"),
+    ("negative warm-up", set_params(optim__lr_warmup_steps=-1), ENV, "optim.lr_warmup_steps=-1"),
+    ("negative weight decay", set_params(optim__weight_decay=-0.1), ENV, "optim.weight_decay=-0.1"),
+    ("negative gradient clip", set_params(optim__grad_clip=-1.0), ENV, "optim.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
+    ("no untimed warm-up", set_params(harness__warmup_steps=0), ENV, "harness.warmup_steps=0 is not valid; expected 1 or more"),
+    ("zero steady-state tolerance", set_params(harness__steady_tolerance=0), ENV, "harness.steady_tolerance=0.0"),
     ("zero validation batches", set_params(eval__batches=0), ENV, "eval.batches=0 is not valid; expected a positive integer"),
     ("vocabulary too large for uint32", set_params(data__vocab_size=2**32 + 1), ENV, "data.vocab_size=4294967297 is not valid; expected at most 4294967296"),
     ("zero loss tolerance", set_params(aggregate__loss_tolerance=0), ENV, "aggregate.loss_tolerance=0.0"),
@@ -235,8 +235,8 @@ CASES = [
     ("params.yaml not YAML", write_file("params.yaml", b"train: [unclosed"), ENV, "params.yaml is not valid YAML"),
     ("CUDA asked for, none present", set_params(device="cuda"), ENV, "sees no CUDA GPU; install a CUDA build of torch"),
     ("the GPU preset without CUDA", set_params(preset="gpt2_124m"), ENV, "sees no CUDA GPU; install a CUDA build of torch"),
-    ("a memory cap on a CPU", set_params(bench__memory_cap_gib=24), ENV,
-     "bench.memory_cap_gib=24 caps a GPU's memory, but this run is on the cpu; set bench.memory_cap_gib=0"),
+    ("a memory cap on a CPU", set_params(harness__memory_cap_gib=24), ENV,
+     "harness.memory_cap_gib=24 caps a GPU's memory, but this run is on the cpu; set harness.memory_cap_gib=0"),
     ("an unknown preset", set_params(preset="h100"), ENV, "preset='h100' is not valid; expected one of: cpu, gpt2_124m"),
     ("fp16 on CPU", set_params(precision="fp16"), TRAIN, "precision=fp16 with loss scaling needs a CUDA GPU"),
     ("fp8 on CPU", set_params(fp8="head"), TRAIN, "fp8=head needs a GPU with float8 tensor cores"),
@@ -250,8 +250,8 @@ CASES = [
     ("an optimizer knob the optimizer knob replaced", set_params(compile_update=True), ENV,
      "compile_update=True is not valid: the optimizer knob replaced fused_adamw, adam_state, compile_update and "
      "weight_dtype=bf16_sr; write optimizer: adamw_compiled"),
-    ("context longer than the data", small_data, TRAIN, "train.block_size=256 is longer than the validation split"),
-    ("run that diverges", set_params(train__lr=1e9, train__grad_clip=0.0, train__lr_warmup_steps=0), TRAIN,
+    ("context longer than the data", small_data, TRAIN, "shape.block_size=256 is longer than the validation split"),
+    ("run that diverges", set_params(optim__lr=1e9, optim__grad_clip=0.0, optim__lr_warmup_steps=0), TRAIN,
      "training stopped: loss became nan at step"),
     ("empty corpus", write_file("corpus.txt", b"  \n\n"), PREPARE, "is empty"),
     ("binary corpus", write_file("corpus.txt", b"\x7fELF\x00\x01\x02" * 50), PREPARE, "binary, not text"),
@@ -285,8 +285,8 @@ CASES = [
      EVALUATE, "does not match the sha256 it carries: its weights are damaged"),
     ("weights that give a NaN loss", checkpoint_of(nan=True), EVALUATE,
      "the validation loss of checkpoints/model.pt is nan, so nothing was recorded"),
-    ("evaluating past the checkpoint's context", then_params(checkpoint_of(), train__block_size=256),
-     EVALUATE, "train.block_size=256 is longer than the context of checkpoints/model.pt (128 tokens, model=tiny)"),
+    ("evaluating past the checkpoint's context", then_params(checkpoint_of(), shape__block_size=256),
+     EVALUATE, "shape.block_size=256 is longer than the context of checkpoints/model.pt (128 tokens, model=tiny)"),
     # Issue 46: the holes a hostile user still found. Every value a message echoes is cut to its first 80 characters.
     ("a checkpoint of another preset", then_params(checkpoint_of("gpt_small"), model="tiny"), EVALUATE,
      "checkpoints/model.pt holds a model=gpt_small checkpoint, but params.yaml says model=tiny; rerun `dvc repro train` "

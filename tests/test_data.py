@@ -107,8 +107,8 @@ def test_validation_windows_span_the_split_from_its_first_token_to_its_last() ->
 def test_a_split_one_token_short_of_a_window_names_the_split_and_the_fix() -> None:
     with pytest.raises(LabError) as err:
         eval_batches(np.arange(8, dtype=np.uint16), 1, 1, 8)
-    assert str(err.value) == ("train.block_size=8 is longer than the validation split (8 tokens); lower "
-                              "train.block_size below 8 or bring a larger data.corpus")
+    assert str(err.value) == ("shape.block_size=8 is longer than the validation split (8 tokens); lower "
+                              "shape.block_size below 8 or bring a larger data.corpus")
 
 
 def _prepared_by_hand(folder: Path, train: np.ndarray, val: np.ndarray, vocab: int, **meta_changes: object) -> Path:
@@ -194,6 +194,6 @@ def test_training_windows_reach_the_split_s_last_token_and_no_further() -> None:
     x, y = BatchStream(tokens[:9], 2, 8, seed=3).next()  # exactly one window fits
     with pytest.raises(LabError) as err:
         BatchStream(tokens[:8], 2, 8, seed=3)
-    assert str(err.value) == ("train.block_size=8 is longer than the train split (8 tokens); lower train.block_size "
+    assert str(err.value) == ("shape.block_size=8 is longer than the train split (8 tokens); lower shape.block_size "
                               "below 8 or bring a larger data.corpus")
     assert x.tolist() == [list(range(8))] * 2 and y.tolist() == [list(range(1, 9))] * 2

@@ -192,7 +192,7 @@ def test_fsdp2_shards_the_blocks_in_units_of_the_chosen_size(per_unit: int, unit
     ("standard", True, True), ("inline", True, True), ("standard", False, None), ("chunked", True, None)])
 def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
         loss: str, compile: bool, head_compiled: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchlab.core.sections import TrainParams
+    from benchlab.core.sections import OptimParams
     from benchlab.run.apply_knobs import apply
     from benchlab.run.heads.standard import BodyThenHead
     from model.gpt import GPT, GPTConfig
@@ -201,7 +201,7 @@ def test_fsdp2_compiles_the_standard_and_inline_heads_apart_from_the_body(
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
     run = apply(model, RunSettings(parallel="fsdp2", nproc=2, compile=compile, loss=loss), torch.device("cpu"),
-                TrainParams())
+                OptimParams())
     if head_compiled is None:
         assert not isinstance(run.loss, BodyThenHead)
     else:

@@ -61,7 +61,7 @@ def test_a_results_folder_from_another_gpu_passes(tmp_path: Path) -> None:
         rec = json.loads((ROOT / f"results/h200/metrics/variants/{name}.json").read_text())
         rec["env.gpu"] = env["gpu"]
         if name == "fp32_baseline":
-            rec.update(status="oom", message="out of memory at 23,850 MiB under bench.memory_cap_gib=24")
+            rec.update(status="oom", message="out of memory at 23,850 MiB under harness.memory_cap_gib=24")
         if name == "recipe":
             rec["tokens_per_joule"] = 1500.0
         (run / f"metrics/variants/{name}.json").write_text(json.dumps(rec))

@@ -215,7 +215,7 @@ def snapshot(repo: Path, names: list[str]) -> dict[str, bytes]:
 
 def _bad_param(repo: Path) -> None:
     data = lab_params()
-    data["train"]["lr"] = -1.0
+    data["optim"]["lr"] = -1.0
     set_params(repo, data)
 
 
@@ -230,7 +230,7 @@ def _latin1_file(repo: Path) -> None:
 
 
 @pytest.mark.parametrize("breaker, command, message", [
-    (_bad_param, "evaluate", "train.lr=-1.0 is not valid"),  # env refuses it: metrics/env.json, tracked by git, stays
+    (_bad_param, "evaluate", "optim.lr=-1.0 is not valid"),  # env refuses it: metrics/env.json, tracked by git, stays
     (_fp16_on_cpu, "train", "precision=fp16 with loss scaling needs a CUDA GPU"),
     (_latin1_file, "prepare", "is not UTF-8 text"),  # found while prepare reads the corpus
 ], ids=["env refuses a param", "train refuses the device", "prepare finds the corpus bad"])

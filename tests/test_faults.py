@@ -45,7 +45,7 @@ def _hold_lock_in_another_process(seconds: float) -> subprocess.Popen:
 def test_a_second_timing_on_a_held_device_fails_with_the_holder(lock_dir: Path) -> None:
     other = _hold_lock_in_another_process(30)
     try:
-        with pytest.raises(LabError, match=r"cpu is being timed by pid \d+ \(bench@other.*set bench.lock=wait"):
+        with pytest.raises(LabError, match=r"cpu is being timed by pid \d+ \(bench@other.*set harness.lock=wait"):
             with locks.device_lock(CPU, "fail", "bench@mine"):
                 pass
     finally:

@@ -25,7 +25,7 @@ from tests.knob_cases import refused, with_knobs
 
 
 def test_the_train_stage_honours_every_knob_at_the_top_level_but_the_batch_and_the_process_layout() -> None:
-    # A run over several processes is a variant's, under torchrun; the train stage's batch is train.batch_size.
+    # A run over several processes is a variant's, under torchrun; the train stage's batch is shape.batch_size.
     assert set(KNOBS) - set(TOP_LEVEL_KNOBS) == {"batch_size", *knobs_in_group("parallel")}
     assert TOP_LEVEL_KNOBS == tuple(k for k in KNOBS if k in TOP_LEVEL_KNOBS)  # in the table's order
 

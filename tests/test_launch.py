@@ -208,7 +208,7 @@ def test_a_parallel_variant_runs_every_repeat_on_its_ranks(monkeypatch: pytest.M
 def test_a_variant_s_run_gets_bench_s_steps_and_the_progress_bar_on_rank_0(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     monkeypatch.setattr(launch, "train_once", lambda *a, **k: calls.append((a, k)) or RunRecord(status="ok"))
-    p = parse_params(micro_params(bench__steps=9, bench__warmup_steps=4))
+    p = parse_params(micro_params(bench__steps=9, harness__warmup_steps=4))
     cpu, data, hook = torch.device("cpu"), object(), object()
     launch.train_variant(p, "tf32", data, cpu, "lbl")  # type: ignore[arg-type]
     launch.train_variant(p, "tf32", data, cpu, "lbl", steps=5, keep_going=True, on_step=hook)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import torch
 
 from benchlab.core.loss_heads import LOSS_HEADS
 from benchlab.core.params import RunSettings
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.apply_knobs import apply
 from benchlab.run.heads import chunked
 from benchlab.run.heads.choose import loss_fn
@@ -254,7 +254,7 @@ def test_the_chunk_knob_and_autocast_dtype_reach_the_chunked_head(monkeypatch: p
     monkeypatch.setattr(chunked, "chunked_cross_entropy",  # what the body hands over, before the head's own cast
                         lambda h, *args, **kw: (seen.append((tuple(h.shape), h.dtype)), real_head(h, *args, **kw))[1])
     model, x, y, _ = model_with_its_gradients(n_layer=1)
-    run = apply(model, RunSettings(precision="bf16", loss="chunked", loss_chunk_tokens=6), CPU, TrainParams())
+    run = apply(model, RunSettings(precision="bf16", loss="chunked", loss_chunk_tokens=6), CPU, OptimParams())
     with run.autocast():
         out = run.loss(x, y)
     assert seen == [((16, 16), torch.bfloat16)] + [((6, 16), torch.bfloat16)] * 2 + [((4, 16), torch.bfloat16)]

@@ -1,4 +1,4 @@
-"""bench.memory_cap_gib: a big GPU answers for a smaller card; bad caps get one-line errors; an OOM says where."""
+"""harness.memory_cap_gib: a big GPU answers for a smaller card; bad caps get one-line errors; an OOM says where."""
 
 import pytest
 import torch
@@ -42,25 +42,25 @@ def test_no_cap_gives_the_whole_card_back(fake_gpu: list) -> None:
 
 
 def test_a_cap_above_the_card_is_refused(fake_gpu: list) -> None:
-    with pytest.raises(LabError, match=r"bench.memory_cap_gib=160 is more than NVIDIA H200's 141.0 GiB; set at most 141.0"):
+    with pytest.raises(LabError, match=r"harness.memory_cap_gib=160 is more than NVIDIA H200's 141.0 GiB; set at most 141.0"):
         harness.cap_memory(CUDA, 160)
     assert fake_gpu == []
 
 
 def test_a_cap_on_a_cpu_is_refused(tokens) -> None:
-    with pytest.raises(LabError, match=r"bench.memory_cap_gib=16 caps a GPU's memory, but this run is on the cpu; "
-                                       r"set bench.memory_cap_gib=0"):
+    with pytest.raises(LabError, match=r"harness.memory_cap_gib=16 caps a GPU's memory, but this run is on the cpu; "
+                                       r"set harness.memory_cap_gib=0"):
         harness.cap_memory(torch.device("cpu"), 16)
-    p = parse_params(micro_params(bench__memory_cap_gib=16))
-    with pytest.raises(LabError, match="bench.memory_cap_gib=16"):  # every stage's run applies it
+    p = parse_params(micro_params(harness__memory_cap_gib=16))
+    with pytest.raises(LabError, match="harness.memory_cap_gib=16"):  # every stage's run applies it
         train_once(p, p.variants["fp32_baseline"], tokens, torch.device("cpu"), 4, 1)
     rec = train_once(p, p.variants["fp32_baseline"], tokens, torch.device("cpu"), 4, 1, memory_cap_gib=0.0)
     assert rec.status == "ok"  # parity's runs take no cap
 
 
 def test_a_negative_cap_is_a_load_error() -> None:
-    with pytest.raises(LabError, match=r"bench.memory_cap_gib=-1.0 is not valid; expected 0 \(no cap\)"):
-        parse_params(micro_params(bench__memory_cap_gib=-1))
+    with pytest.raises(LabError, match=r"harness.memory_cap_gib=-1.0 is not valid; expected 0 \(no cap\)"):
+        parse_params(micro_params(harness__memory_cap_gib=-1))
 
 
 # torch's text for an allocation past the cap, as torch 2.11 gave it on an H200 under a 24 GiB cap (issue 43).
@@ -100,9 +100,9 @@ def test_an_oom_in_a_run_is_one_line_in_the_record_and_torchs_whole_text_in_the_
 
 
 def test_the_cap_is_in_every_record_and_an_oom_keeps_its_memory() -> None:
-    p = parse_params(micro_params(bench__memory_cap_gib=24))
+    p = parse_params(micro_params(harness__memory_cap_gib=24))
     base = base_record("fp32_baseline", p, RunSettings(), "cuda", {}, {})
-    assert base["memory_cap_gib"] == 24 and base["params.bench.memory_cap_gib"] == 24
+    assert base["memory_cap_gib"] == 24 and base["params.harness.memory_cap_gib"] == 24
     oom = RunRecord(status="oom", message="out of memory ...", memory={"peak_mem_allocated_mb": 23_900.0,
                                                                         "peak_mem_reserved_mb": 24_300.0})
     rec = measured_record(base, [oom], GPTConfig.from_name("tiny", vocab_size=512), 1000, 0.05)
@@ -118,7 +118,7 @@ def test_on_a_gpu_a_run_past_the_cap_ends_oom_with_its_memory(tokens) -> None:
     # (2 MiB), but not the step: one (batch, block, 64) fp32 activation is 64 MiB, and the fp32 logits alone are
     # batch * block * vocab * 4 bytes = 2048 * 128 * 512 * 4 = 512 MiB > 256 MiB. A cap that the first allocation
     # already breaks (0.05 GiB did on an H200) ends with nothing held to report.
-    p = parse_params(micro_params(bench__memory_cap_gib=0.25, train__batch_size=2048, train__block_size=128))
+    p = parse_params(micro_params(harness__memory_cap_gib=0.25, shape__batch_size=2048, shape__block_size=128))
     device = torch.device("cuda")
     try:
         rec = train_once(p, p.variants["fp32_baseline"], tokens, device, 4, 1)

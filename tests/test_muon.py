@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchlab.core.knobs import RunSettings
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.muon import MuonAdamW
 from benchlab.run.optimizers import make_optimizer, set_lr
 from benchlab.run.schedule import muon_momentum
@@ -23,7 +23,7 @@ def block_matrices(model: GPT) -> set[str]:
 
 def test_muon_holds_the_blocks_2d_weights_and_adamw_the_rest() -> None:
     model = tiny()
-    opt = make_optimizer(model, RunSettings(optimizer="muon"), TrainParams(lr=0.01))
+    opt = make_optimizer(model, RunSettings(optimizer="muon"), OptimParams(lr=0.01))
     assert isinstance(opt, MuonAdamW)
     names = {id(p): n for n, p in model.named_parameters()}
     on_muon = {names[id(p)] for g in opt.muon.param_groups for p in g["params"]}
@@ -37,7 +37,7 @@ def test_muon_holds_the_blocks_2d_weights_and_adamw_the_rest() -> None:
 
 def test_a_muon_step_moves_only_the_block_matrices_when_adamw_stands_still() -> None:
     model = tiny()
-    opt = make_optimizer(model, RunSettings(optimizer="muon"), TrainParams(lr=0.01, weight_decay=0.0))
+    opt = make_optimizer(model, RunSettings(optimizer="muon"), OptimParams(lr=0.01, weight_decay=0.0))
     for group in opt.adamw.param_groups:
         group["lr"] = 0.0
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -50,7 +50,7 @@ def test_a_muon_step_moves_only_the_block_matrices_when_adamw_stands_still() -> 
 
 def test_the_schedule_sets_both_halves_and_the_momentum_warms_up() -> None:
     model = tiny()
-    opt = make_optimizer(model, RunSettings(optimizer="muon"), TrainParams(lr=0.01))
+    opt = make_optimizer(model, RunSettings(optimizer="muon"), OptimParams(lr=0.01))
     set_lr(opt, 0.005)  # type: ignore[arg-type]  # the training step's call, every step
     assert {g["lr"] for g in opt.param_groups} == {0.005} and len(opt.param_groups) == 3
     assert [muon_momentum(s) for s in (0, 150, 300, 1000)] == pytest.approx([0.85, 0.9, 0.95, 0.95])

@@ -163,7 +163,7 @@ KNOB: list[Edit] = [
      '    if settings.throwaway == "marked":\n        print("throwaway: the work ran")\n'),
     ("params.yaml", r"^grad_accum: .*?\n", "throwaway: plain     # plain | marked\n"),
     ("params.yaml", r"^variants:\n", "  throwaway_on: {throwaway: marked}\n"),
-    ("dvc.yaml", r"\n      - grad_accum\n", "      - throwaway\n"),
+    ("dvc.yaml", r"compile_scope, grad_accum", ", throwaway"),
 ]
 
 KNOB_CHECKS = r'''
@@ -173,7 +173,7 @@ import yaml
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings, knobs_in_group, searched
 from benchlab.core.params import load_params, parse_params
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.core.skips import DeviceFacts
 from benchlab.core.knobs import unsupported_reason
 from benchlab.run.apply_knobs import apply
@@ -191,7 +191,7 @@ def refusal(data):
 
 p = load_params()
 assert p.run.throwaway == "plain" and p.variants["throwaway_on"].throwaway == "marked"
-apply(GPT(GPTConfig.from_name("tiny", vocab_size=64)), p.variants["throwaway_on"], torch.device("cpu"), TrainParams())
+apply(GPT(GPTConfig.from_name("tiny", vocab_size=64)), p.variants["throwaway_on"], torch.device("cpu"), OptimParams())
 data = yaml.safe_load(open("params.yaml"))
 data["variants"]["bad"] = {"throwaway": "bogus"}
 print(refusal(data))
@@ -270,7 +270,7 @@ from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings
 from benchlab.core.params import load_params, parse_params
 from benchlab.core.profile_table import family
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.apply_knobs import apply
 from benchlab.search.moves import Candidate, moves
 from model.gpt import ATTENTION, GPT, GPTConfig
@@ -305,7 +305,7 @@ for name in ATTENTION:
 again = {}
 for mode in ("full", "selective"):
     run = apply(model("throwaway"), RunSettings(attention="throwaway", activation_checkpointing=mode),
-                torch.device("cpu"), TrainParams())
+                torch.device("cpu"), OptimParams())
     _, loss = run.model(x, x)
     ran.clear()
     loss.backward()

@@ -73,7 +73,7 @@ def test_variant_comes_from_the_flag_or_the_dvc_stage_name() -> None:
 def test_load_params_reads_a_file_and_names_the_bad_line(tmp_path: Path) -> None:
     good = tmp_path / "params.yaml"
     good.write_text(yaml.safe_dump(micro_params(seed=7)))
-    assert load_params(good).seed == 7 and load_params(str(good)).train.block_size == 32
+    assert load_params(good).seed == 7 and load_params(str(good)).shape.block_size == 32
     with pytest.raises(LabError) as err:
         load_params(tmp_path / "missing.yaml")
     assert str(err.value) == f"{tmp_path / 'missing.yaml'} not found; run from the repository root"
@@ -159,10 +159,10 @@ def test_a_value_set_where_the_preset_replaces_it_is_refused_naming_both(tmp_pat
 
 def test_the_preset_s_own_key_a_key_it_leaves_and_its_own_value_are_taken(tmp_path: Path) -> None:
     path = committed_params(tmp_path)
-    set_in(path, preset="gpt2_124m", presets__gpt2_124m__train__lr=0.001, train__batch_size=8, train__steps=100)
+    set_in(path, preset="gpt2_124m", presets__gpt2_124m__optim__lr=0.001, shape__batch_size=8, train__steps=100)
     p = load_params(path)
-    assert p.preset == "gpt2_124m" and p.train.lr == 0.001  # set where the preset reads it
-    assert p.train.batch_size == 8  # the preset does not replace batch_size: params.yaml's own value holds
+    assert p.preset == "gpt2_124m" and p.optim.lr == 0.001  # set where the preset reads it
+    assert p.shape.batch_size == 8  # the preset does not replace batch_size: params.yaml's own value holds
     assert p.train.steps == 100  # the same value as the preset's: nothing is lost
     uncommitted = tmp_path / "elsewhere" / "params.yaml"
     uncommitted.parent.mkdir()

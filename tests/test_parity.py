@@ -76,7 +76,7 @@ def test_the_reference_against_itself_learns_the_same(tokens) -> None:
 def test_a_variant_with_a_wrong_learning_rate_fails_parity(tokens) -> None:
     p = parity_params(parity__tolerance=0.05)
     ref = {**reference_of(p, tokens), "noise_nats": 0.0}  # judge the gap alone
-    wrong = dataclasses.replace(p, train=dataclasses.replace(p.train, lr=p.train.lr / 50, min_lr=0.0))
+    wrong = dataclasses.replace(p, optim=dataclasses.replace(p.optim, lr=p.optim.lr / 50, min_lr=0.0))
     run = parity.train_curve(wrong, "sdpa", tokens, CPU, p.parity.seeds[0])  # eager: no compile in the suite
     rec = parity.variant_record(p, "sdpa", run, ref, 0.5)
     assert rec["learns_same"] is False and rec["verdict"].startswith("worse by"), rec["verdict"]

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, copy_sources, micro_params
+from tests.test_dvc_params import check_reads
 
 pytestmark = pytest.mark.integration  # one DVC lab, built by `dvc repro` in a scratch copy: minutes
 
@@ -66,6 +67,7 @@ socket.socket.connect = _refuse
 def sh(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "PYTHONPATH": str(repo / ".sitecustomize"), "NETWORK_LOG": str(repo / "network.log"),
+           "BENCHLAB_PARAM_READS": f"{repo}-param-reads",  # what each stage read (tests/test_dvc_params.py)
            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
     cmd = [sys.executable, "-m", "dvc", *args] if args[0] != "git" else list(args)
@@ -125,6 +127,10 @@ def test_repro_produces_every_declared_output(repo: Path) -> None:
     assert parity["reference"] == "fp32_baseline" and parity["steps"] == 6 and parity["learns_same"] is True
     report = (repo / "metrics/report.md").read_text()
     assert "## Does it learn the same? (parity)" in report and "No parity records" not in report
+
+
+def test_each_stage_lists_exactly_the_params_it_read(repo: Path) -> None:
+    check_reads(Path(f"{repo}-param-reads"))
 
 
 def test_stages_hand_each_other_what_they_read(repo: Path) -> None:

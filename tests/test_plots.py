@@ -48,7 +48,7 @@ ROWS = [
     row("base", speedup_vs="base"),
     row("fast", tokens_per_sec=1500.0, speedup_x=1.5, speedup_vs="base", kind="recipe"),
     row("tf32", "skipped", "precision=tf32 is a CUDA tensor-core mode (Ampere or newer); on CPU it would time fp32"),
-    row("big", "oom", "out of memory at train.batch_size=64: CUDA out of memory"),
+    row("big", "oom", "out of memory at shape.batch_size=64: CUDA out of memory"),
     row("wild", "diverged", "loss is nan at step 3", kind="ours"),
 ]
 

@@ -7,7 +7,7 @@ import torch
 
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings, check_combination
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run import apply_knobs
 from benchlab.run.apply_knobs import apply, blocks_compiled
 from benchlab.run.heads.standard import BodyThenHead
@@ -27,10 +27,10 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_blocks_scope_compiles_each_block_and_the_head_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apply_knobs, "why_not", lambda settings, device: None)
-    run = apply(_model(), RunSettings(compile=True, compile_scope="blocks"), torch.device("cpu"), TrainParams())
+    run = apply(_model(), RunSettings(compile=True, compile_scope="blocks"), torch.device("cpu"), OptimParams())
     assert all(hasattr(block.forward, "_torchdynamo_orig_callable") for block in run.model.blocks)
     assert isinstance(run.loss, BodyThenHead)  # the output layer and its loss: one graph of their own
-    whole = apply(_model(), RunSettings(compile=True), torch.device("cpu"), TrainParams())
+    whole = apply(_model(), RunSettings(compile=True), torch.device("cpu"), OptimParams())
     assert not any(hasattr(block.forward, "_torchdynamo_orig_callable") for block in whole.model.blocks)
     assert not isinstance(whole.loss, BodyThenHead)
     assert [blocks_compiled(s) for s in (RunSettings(compile=True, compile_scope="blocks"), RunSettings(compile=True),
@@ -53,7 +53,7 @@ def test_what_regional_compilation_cannot_take_is_refused_when_params_load(bad: 
 def _losses(settings: RunSettings, layers: int, steps: int = 3) -> tuple[list[float], int]:
     torch._dynamo.reset()
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    run = apply(_model(layers), settings, torch.device("cpu"), TrainParams(lr=0.01))
+    run = apply(_model(layers), settings, torch.device("cpu"), OptimParams(lr=0.01))
     losses = [float(train_step(run, *_batch(), grad_clip=1.0)) for _ in range(steps)]
     return losses, torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
 

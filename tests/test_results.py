@@ -204,7 +204,7 @@ def test_base_and_skipped_records_carry_the_variant_s_own_settings() -> None:
     assert rec["model"] == p.model and rec["batch_size"] == 8 and rec["block_size"] == 32
     assert rec["tokens_per_step"] == 8 * 32 and rec["env.torch"] == "2.13" and rec["provenance.tree_clean"] is True
     assert rec["params.precision"] == "bf16" and rec["params.batch_size"] == 8  # the variant's, not the top level's
-    assert rec["params.train.block_size"] == 32 and rec["params.seed"] == p.seed
+    assert rec["params.shape.block_size"] == 32 and rec["params.seed"] == p.seed
     assert not any(k.startswith(("params.variants", "params.aggregate", "params.profile", "params.run")) for k in rec)
     skipped = skipped_record(rec, "needs a CUDA GPU")
     assert skipped == {**rec, "status": "skipped", "message": "needs a CUDA GPU", "repeats": 0}

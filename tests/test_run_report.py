@@ -23,9 +23,9 @@ ENV = {"env.gpu": "NVIDIA H200", "env.gpu_count": 1, "env.gpu_capability": "9.0"
        "env.liger_kernel": "0.8.5", "env.cut_cross_entropy": None, "env.gpu_topology": "GPU0 X",
        "provenance.source_sha256": "ab" * 32, "provenance.tree_clean": True, "provenance.git_commit": "c0ffee1" * 5,
        "provenance.date_utc": "2026-12-03T09:00:00+00:00"}
-SETTINGS = {"params.model": "gpt2_124m", "params.train.batch_size": 16, "block_size": 1024, "batch_size": 16,
-            "params.bench.steps": 20, "params.bench.warmup_steps": 6, "params.bench.repeats": 3,
-            "params.bench.memory_cap_gib": 24}
+SETTINGS = {"params.model": "gpt2_124m", "params.shape.batch_size": 16, "block_size": 1024, "batch_size": 16,
+            "params.bench.steps": 20, "params.harness.warmup_steps": 6, "params.bench.repeats": 3,
+            "params.harness.memory_cap_gib": 24}
 KERNELS = """# recipe: top kernels by device time
 
 gpt2_124m, batch 16 x 1024, 2 traced steps after 6 warm-up steps.

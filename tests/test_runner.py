@@ -51,7 +51,7 @@ class Ticks:
 
 
 def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, tokens, events: list) -> None:
-    p = replace(params, train=replace(params.train, grad_clip=0.7, batch_size=4))
+    p = replace(params, optim=replace(params.optim, grad_clip=0.7), shape=replace(params.shape, batch_size=4))
     hooks: list = []
     rec = train_once(p, RunSettings(grad_accum=2), tokens, CPU, steps=5, warmup=2, on_step=lambda: hooks.append(1))
     step = ("step", 4, 0.7, 2)
@@ -61,7 +61,7 @@ def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, 
     assert events.count("memory") == 3 and events[events.index("meter") + 2] == "memory"  # after each timed step
     assert rec.mem_growth_mb == 7.5  # the last timed step's reading less the first's
     assert len(hooks) == 5 and len(rec.step_ms) == 5 and rec.first_step_ms == rec.step_ms[0]
-    assert rec.lrs == [lr_at(s, 5, p.train, RunSettings(grad_accum=2)) for s in range(5)]
+    assert rec.lrs == [lr_at(s, 5, p.optim, RunSettings(grad_accum=2)) for s in range(5)]
     assert rec.warmup_steps == 2 and rec.status == "ok" and rec.val_loss is not None
 
 
@@ -94,7 +94,7 @@ def test_a_run_draws_its_batches_in_the_order_of_its_data_seed(params: Params, t
 def test_a_run_caps_memory_by_bench_or_by_its_caller(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
     caps = []
     monkeypatch.setattr(harness, "cap_memory", lambda device, cap: caps.append(cap))
-    p = replace(params, bench=replace(params.bench, memory_cap_gib=3.5))
+    p = replace(params, harness=replace(params.harness, memory_cap_gib=3.5))
     train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1)
     train_once(p, RunSettings(), tokens, CPU, steps=3, warmup=1, memory_cap_gib=0.0)
     assert caps == [3.5, 0.0]
@@ -191,18 +191,18 @@ def test_a_nan_loss_is_reported_with_its_own_step_and_value() -> None:
 
 def test_a_step_frees_the_gradients_it_used(params: Params) -> None:
     run = apply(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), RunSettings(), CPU,
-                params.train)
+                params.optim)
     x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
     train_step(run, x, x, grad_clip=1.0)
     assert all(p.grad is None for p in run.model.parameters())  # freed, not zero-filled and kept
 
 
 def test_the_learning_rate_warms_up_then_decays_to_its_floor_at_the_last_step(params: Params) -> None:
-    p = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=3))
-    assert [round(lr_at(s, 5, p.train, RunSettings()), 6) for s in range(5)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0, 0.1]
-    # A warm-up not shorter than the run is cut to end one step before its end: that step alone is at train.lr.
-    long = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=10))
-    assert [round(lr_at(s, 4, long.train, RunSettings()), 6) for s in range(4)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0]
+    p = replace(params, optim=replace(params.optim, lr=1.0, min_lr=0.1, lr_warmup_steps=3))
+    assert [round(lr_at(s, 5, p.optim, RunSettings()), 6) for s in range(5)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0, 0.1]
+    # A warm-up not shorter than the run is cut to end one step before its end: that step alone is at optim.lr.
+    long = replace(params, optim=replace(params.optim, lr=1.0, min_lr=0.1, lr_warmup_steps=10))
+    assert [round(lr_at(s, 4, long.optim, RunSettings()), 6) for s in range(4)] == [round(1 / 3, 6), round(2 / 3, 6), 1.0, 1.0]
 
 
 class Recorder:
@@ -326,7 +326,7 @@ class Scaler:
 
 def tiny_run(params: Params, settings: RunSettings = RunSettings()):
     return apply(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32)), settings, CPU,
-                 params.train)
+                 params.optim)
 
 
 def test_an_fp16_step_scales_each_micro_batch_then_unscales_clips_and_steps_through_the_scaler(

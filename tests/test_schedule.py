@@ -3,10 +3,10 @@
 import pytest
 
 from benchlab.core.knobs import RunSettings
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.schedule import lr_at
 
-TRAIN = TrainParams(lr=1.0, min_lr=0.1, lr_warmup_steps=2)
+TRAIN = OptimParams(lr=1.0, min_lr=0.1, lr_warmup_steps=2)
 
 
 def test_wsd_holds_the_peak_then_decays_linearly_over_its_cooldown_to_the_floor() -> None:

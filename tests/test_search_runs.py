@@ -55,13 +55,13 @@ def test_the_same_search_gets_the_same_context_and_resumes_its_runs(machine: dic
 
 CHANGES = {
     "model": lambda p: replace(p, model="gpt_small"),
-    "train.batch_size": lambda p: replace(p, train=replace(p.train, batch_size=p.train.batch_size * 2)),
-    "the start's own batch": lambda p: with_start(p, batch_size=p.train.batch_size * 2),
-    "train.block_size": lambda p: replace(p, train=replace(p.train, block_size=p.train.block_size // 2)),
+    "shape.batch_size": lambda p: replace(p, shape=replace(p.shape, batch_size=p.shape.batch_size * 2)),
+    "the start's own batch": lambda p: with_start(p, batch_size=p.shape.batch_size * 2),
+    "shape.block_size": lambda p: replace(p, shape=replace(p.shape, block_size=p.shape.block_size // 2)),
     "bench.steps": lambda p: replace(p, bench=replace(p.bench, steps=p.bench.steps + 1)),
-    "bench.warmup_steps": lambda p: replace(p, bench=replace(p.bench, warmup_steps=p.bench.warmup_steps + 1)),
+    "harness.warmup_steps": lambda p: replace(p, harness=replace(p.harness, warmup_steps=p.harness.warmup_steps + 1)),
     "search.screen_steps": lambda p: replace(p, search=replace(p.search, screen_steps=p.search.screen_steps + 1)),
-    "bench.memory_cap_gib": lambda p: replace(p, bench=replace(p.bench, memory_cap_gib=24.0)),
+    "harness.memory_cap_gib": lambda p: replace(p, harness=replace(p.harness, memory_cap_gib=24.0)),
     "the start's knobs": lambda p: with_start(p, attention="manual" if p.variants[p.search.start].attention != "manual"
                                               else "sdpa"),
     "parity.steps": lambda p: replace(p, parity=replace(p.parity, steps=p.parity.steps + 1)),
@@ -111,7 +111,7 @@ def test_answers_from_another_model_size_on_this_machine_warm_start_a_search(mac
         machine[key] = value
         assert Journal(path, context_of(large)).found_elsewhere() == [], key
         machine[key] = MACHINE[key]
-    capped = replace(large, bench=replace(large.bench, memory_cap_gib=24.0))
+    capped = replace(large, harness=replace(large.harness, memory_cap_gib=24.0))
     assert Journal(path, context_of(capped)).found_elsewhere() == []
 
 

@@ -34,7 +34,7 @@ def test_one_worker_screens_candidates_in_turn_and_a_refused_one_does_not_end_it
         worker.close()
     assert worker.proc is None
     assert (first.status, second.status, last.status) == ("ok", "ok", "ok"), (first.message, second.message)
-    assert len(first.timed_ms) == len(second.timed_ms) == 3 and first.warmup_steps == 2  # bench.warmup_steps
+    assert len(first.timed_ms) == len(second.timed_ms) == 3 and first.warmup_steps == 2  # harness.warmup_steps
     assert first.startup_s is not None and first.startup_s > 0  # the worker's start, paid once
     assert second.startup_s is None and last.startup_s is None
     assert refused.status == "error" and "precision=fp16" in refused.message

@@ -74,20 +74,20 @@ BAD_PARAMS = [  # (override, the exact message); each check's first bad value ne
                                             "corpus) or a positive byte count such as 100000000")),
     ({"data__text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
     ({"data__eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
-    ({"train__batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
-    ({"train__block_size": 0}, "train.block_size=0 is not valid; expected a positive integer"),
+    ({"shape__batch_size": 0}, "shape.batch_size=0 is not valid; expected a positive integer"),
+    ({"shape__block_size": 0}, "shape.block_size=0 is not valid; expected a positive integer"),
     ({"train__steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
-    ({"train__lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
-    ({"train__lr": 1e-3, "train__min_lr": 2e-3}, "train.min_lr=0.002 is not valid; expected between 0 and train.lr=0.001"),
-    ({"train__min_lr": -0.1}, None),  # the message names train.lr: checked above
-    ({"train__lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
-    ({"train__weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
-    ({"train__grad_clip": -1.0}, "train.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
-    ({"bench__warmup_steps": 0}, "bench.warmup_steps=0 is not valid; expected 1 or more"),
-    ({"bench__warmup_steps": 2, "bench__steps": 3},
-     "bench.steps=3 is not valid; expected at least bench.warmup_steps + 2 = 4, so that two or more steps are timed"),
+    ({"optim__lr": 0.0}, "optim.lr=0.0 is not valid; expected a positive number"),
+    ({"optim__lr": 1e-3, "optim__min_lr": 2e-3}, "optim.min_lr=0.002 is not valid; expected between 0 and optim.lr=0.001"),
+    ({"optim__min_lr": -0.1}, None),  # the message names optim.lr: checked above
+    ({"optim__lr_warmup_steps": -1}, "optim.lr_warmup_steps=-1 is not valid; expected 0 or more"),
+    ({"optim__weight_decay": -0.1}, "optim.weight_decay=-0.1 is not valid; expected 0 or more"),
+    ({"optim__grad_clip": -1.0}, "optim.grad_clip=-1.0 is not valid; expected 0 (off) or more"),
+    ({"harness__warmup_steps": 0}, "harness.warmup_steps=0 is not valid; expected 1 or more"),
+    ({"harness__warmup_steps": 2, "bench__steps": 3},
+     "bench.steps=3 is not valid; expected at least harness.warmup_steps + 2 = 4, so that two or more steps are timed"),
     ({"bench__repeats": 0}, "bench.repeats=0 is not valid; expected 1 or more"),
-    ({"bench__steady_tolerance": 0.0}, "bench.steady_tolerance=0.0 is not valid; expected a positive fraction"),
+    ({"harness__steady_tolerance": 0.0}, "harness.steady_tolerance=0.0 is not valid; expected a positive fraction"),
     ({"eval__batches": 0}, "eval.batches=0 is not valid; expected a positive integer"),
     ({"aggregate__loss_tolerance": 0.0}, "aggregate.loss_tolerance=0.0 is not valid; expected a positive number"),
     ({"aggregate__repeat_tolerance": -0.01}, "aggregate.repeat_tolerance=-0.01 is not valid; expected 0 or more"),
@@ -95,9 +95,9 @@ BAD_PARAMS = [  # (override, the exact message); each check's first bad value ne
 ]
 GOOD_PARAMS = [  # the last good value of each check above
     {"data__vocab_size": 257}, {"data__vocab_size": 2**32}, {"data__val_fraction": 0.49}, {"data__val_fraction": 1e-9},
-    {"data__tokenizer_sample_bytes": 0}, {"train__batch_size": 1, "train__block_size": 1, "train__steps": 1},
-    {"train__lr": 1e-3, "train__min_lr": 1e-3}, {"train__min_lr": 0.0}, {"train__lr_warmup_steps": 0},
-    {"train__weight_decay": 0.0}, {"train__grad_clip": 0.0}, {"bench__warmup_steps": 1, "bench__steps": 3},
+    {"data__tokenizer_sample_bytes": 0}, {"shape__batch_size": 1, "shape__block_size": 1, "train__steps": 1},
+    {"optim__lr": 1e-3, "optim__min_lr": 1e-3}, {"optim__min_lr": 0.0}, {"optim__lr_warmup_steps": 0},
+    {"optim__weight_decay": 0.0}, {"optim__grad_clip": 0.0}, {"harness__warmup_steps": 1, "bench__steps": 3},
     {"bench__repeats": 1}, {"eval__batches": 1}, {"aggregate__repeat_tolerance": 0.0}, {"profile__steps": 1},
 ]
 
@@ -284,27 +284,30 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
     ("DataParams", {"tokenizer_sample_bytes": 0}, None),
     ("DataParams", {"text_field": ""}, "data.text_field='' is not valid; expected the key or column holding the text, e.g. text"),
     ("DataParams", {"eot_token": ""}, "data.eot_token='' is not valid; expected a token such as <|endoftext|>"),
-    ("TrainParams", {"batch_size": 0}, "train.batch_size=0 is not valid; expected a positive integer"),
-    ("TrainParams", {"block_size": 0}, "train.block_size=0 is not valid; expected a positive integer"),
+    ("ShapeParams", {"batch_size": 0}, "shape.batch_size=0 is not valid; expected a positive integer"),
+    ("ShapeParams", {"block_size": 0}, "shape.block_size=0 is not valid; expected a positive integer"),
+    ("ShapeParams", {"batch_size": 1, "block_size": 1}, None),
     ("TrainParams", {"steps": 0}, "train.steps=0 is not valid; expected a positive integer"),
-    ("TrainParams", {"batch_size": 1, "block_size": 1, "steps": 1}, None),
-    ("TrainParams", {"lr": 0.0}, "train.lr=0.0 is not valid; expected a positive number"),
-    ("TrainParams", {"min_lr": -0.1}, "train.min_lr=-0.1 is not valid; expected between 0 and train.lr=0.002"),
-    ("TrainParams", {"min_lr": 3e-3}, "train.min_lr=0.003 is not valid; expected between 0 and train.lr=0.002"),
-    ("TrainParams", {"min_lr": 2e-3}, None),
-    ("TrainParams", {"lr_warmup_steps": -1}, "train.lr_warmup_steps=-1 is not valid; expected 0 or more"),
-    ("TrainParams", {"weight_decay": -0.1}, "train.weight_decay=-0.1 is not valid; expected 0 or more"),
-    ("TrainParams", {"grad_clip": -0.1}, "train.grad_clip=-0.1 is not valid; expected 0 (off) or more"),
-    ("TrainParams", {"grad_clip": 0.0, "weight_decay": 0.0, "lr_warmup_steps": 0, "min_lr": 0.0}, None),
-    ("BenchParams", {"warmup_steps": 0}, "bench.warmup_steps=0 is not valid; expected 1 or more"),
-    ("BenchParams", {"steps": 11, "warmup_steps": 10}, "bench.steps=11 is not valid; expected at least bench.warmup_steps "
-                                                       "+ 2 = 12, so that two or more steps are timed"),
-    ("BenchParams", {"steps": 3, "warmup_steps": 1}, None),
+    ("TrainParams", {"steps": 1}, None),
+    ("OptimParams", {"lr": 0.0}, "optim.lr=0.0 is not valid; expected a positive number"),
+    ("OptimParams", {"min_lr": -0.1}, "optim.min_lr=-0.1 is not valid; expected between 0 and optim.lr=0.002"),
+    ("OptimParams", {"min_lr": 3e-3}, "optim.min_lr=0.003 is not valid; expected between 0 and optim.lr=0.002"),
+    ("OptimParams", {"min_lr": 2e-3}, None),
+    ("OptimParams", {"lr_warmup_steps": -1}, "optim.lr_warmup_steps=-1 is not valid; expected 0 or more"),
+    ("OptimParams", {"weight_decay": -0.1}, "optim.weight_decay=-0.1 is not valid; expected 0 or more"),
+    ("OptimParams", {"grad_clip": -0.1}, "optim.grad_clip=-0.1 is not valid; expected 0 (off) or more"),
+    ("OptimParams", {"grad_clip": 0.0, "weight_decay": 0.0, "lr_warmup_steps": 0, "min_lr": 0.0}, None),
+    ("HarnessParams", {"warmup_steps": 0}, "harness.warmup_steps=0 is not valid; expected 1 or more"),
+    ("HarnessParams", {"warmup_steps": 1}, None),
+    ("BenchParams", {"steps": 2}, "bench.steps=2 is not valid; expected 3 or more (harness.warmup_steps, then 2 or "
+                                  "more timed)"),
+    ("BenchParams", {"steps": 3}, None),
     ("BenchParams", {"repeats": 0}, "bench.repeats=0 is not valid; expected 1 or more"),
-    ("BenchParams", {"steady_tolerance": 0.0}, "bench.steady_tolerance=0.0 is not valid; expected a positive fraction"),
-    ("BenchParams", {"memory_cap_gib": -1.0}, "bench.memory_cap_gib=-1.0 is not valid; expected 0 (no cap) or the GiB "
-                                              "of the card to answer for, e.g. 24"),
-    ("BenchParams", {"memory_cap_gib": 0.0, "repeats": 1}, None),
+    ("HarnessParams", {"steady_tolerance": 0.0}, "harness.steady_tolerance=0.0 is not valid; expected a positive fraction"),
+    ("HarnessParams", {"memory_cap_gib": -1.0}, "harness.memory_cap_gib=-1.0 is not valid; expected 0 (no cap) or the "
+                                                "GiB of the card to answer for, e.g. 24"),
+    ("HarnessParams", {"memory_cap_gib": 0.0}, None),
+    ("BenchParams", {"repeats": 1}, None),
     ("EvalParams", {"batches": 0}, "eval.batches=0 is not valid; expected a positive integer"),
     ("EvalParams", {"batches": 1}, None),
     ("AggregateParams", {"loss_tolerance": 0.0}, "aggregate.loss_tolerance=0.0 is not valid; expected a positive number"),
@@ -338,9 +341,9 @@ def test_every_name_the_other_sections_give_must_be_a_variant_and_parity_s_one_p
 ])
 def test_each_section_refuses_a_bad_value_in_full_and_takes_its_edge(section: str, values: dict,
                                                                      message: str | None) -> None:
-    from benchlab.core import sections
+    from benchlab.core import sections, track_sections
 
-    make = getattr(sections, section)
+    make = getattr(sections, section, None) or getattr(track_sections, section)
     if message is None:
         assert all(getattr(make(**values), k) == v for k, v in values.items())
         return
@@ -355,8 +358,8 @@ def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> No
         ({**data, "compile": "yes"}, "compile='yes' is not valid; expected true or false"),
         (micro_params(train__steps=True), "train.steps=True is not valid; expected an integer"),
         (micro_params(train__steps="5"), "train.steps='5' is not valid; expected an integer"),
-        (micro_params(train__lr=True), "train.lr=True is not valid; expected a number"),
-        (micro_params(train__lr="fast"), "train.lr='fast' is not valid; expected a number"),
+        (micro_params(optim__lr=True), "optim.lr=True is not valid; expected a number"),
+        (micro_params(optim__lr="fast"), "optim.lr='fast' is not valid; expected a number"),
         (micro_params(data__corpus=5), "data.corpus=5 is not valid; expected a string"),
         (micro_params(profile__variants="recipe"), "profile.variants='recipe' is not valid; expected a list"),
         (micro_params(profile__variants=["recipe", 3]), "profile.variants[1]=3 is not valid; expected a string"),
@@ -364,22 +367,31 @@ def test_each_mistyped_value_is_refused_by_its_key_and_the_type_it_wants() -> No
         ({**data, "variants": {**data["variants"], "x": {"compile": "no"}}},
          "variants.x.compile='no' is not valid; expected true or false"),
         ([1], "params.yaml must be a mapping, got [1]"),
-        ({**data, "presets": {**data["presets"], "gpt2_124m": {"train": {"lr": "x"}}}},
-         "presets.gpt2_124m: train.lr='x' is not valid; expected a number"),
-        ({**data, "batch_size": 4}, "batch_size=4 at the top level is not valid; set train.batch_size (variants set "
+        ({**data, "presets": {**data["presets"], "gpt2_124m": {"optim": {"lr": "x"}}}},
+         "presets.gpt2_124m: optim.lr='x' is not valid; expected a number"),
+        ({**data, "batch_size": 4}, "batch_size=4 at the top level is not valid; set shape.batch_size (variants set "
                                     "batch_size)"),
         ({**data, "run": {}}, ("unknown key 'run'; set the train stage's knobs at the top level: "
                                f"{', '.join(TOP_LEVEL_KNOBS)}")),
         ({**data, "variants": {**data["variants"], "x": {"batch_size": "a"}}},
          "variants.x.batch_size='a' is not valid; expected an integer"),  # an optional field names its own key
-        (micro_params(train__nope=1), "unknown key 'train.nope'; valid keys under train: batch_size, block_size, "
-                                       "steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip"),
-        (micro_params(train__fused_adamw=True), "unknown key 'train.fused_adamw'; valid keys under train: "
-         "batch_size, block_size, steps, lr, min_lr, lr_warmup_steps, weight_decay, grad_clip")]:  # not a knob there
+        (micro_params(optim__nope=1), "unknown key 'optim.nope'; valid keys under optim: lr, min_lr, "
+                                       "lr_warmup_steps, weight_decay, grad_clip"),
+        (micro_params(train__fused_adamw=True), "unknown key 'train.fused_adamw'; valid keys under train: steps"),
+        # a key that moved when params.yaml was grouped by stage names its new place
+        (micro_params(train__lr=0.1), "train.lr has moved to optim.lr (params.yaml is grouped by the stage that reads "
+                                      "each section, README \"The pipeline\"): write it there, e.g. `dvc exp run -S "
+                                      "optim.lr=...`"),
+        (micro_params(bench__lock="fail"), "bench.lock has moved to harness.lock (params.yaml is grouped by the stage "
+                                           "that reads each section, README \"The pipeline\"): write it there, e.g. "
+                                           "`dvc exp run -S harness.lock=...`"),
+        (micro_params(train__block_size=64), "train.block_size has moved to shape.block_size (params.yaml is grouped by "
+                                             "the stage that reads each section, README \"The pipeline\"): write it "
+                                             "there, e.g. `dvc exp run -S shape.block_size=...`")]:  # not a knob there
         with pytest.raises(LabError) as err:
             parse_params(bad)
         assert str(err.value) == message
-    assert parse_params(micro_params(train__lr="2e-3")).train.lr == 2e-3  # YAML reads 2e-3 as text
+    assert parse_params(micro_params(optim__lr="2e-3")).optim.lr == 2e-3  # YAML reads 2e-3 as text
     assert parse_params(data).preset == "cpu"
     assert parse_params({**data, "preset": "gpt2_124m"}).preset == "gpt2_124m"
     assert parse_params({k: v for k, v in data.items() if k not in ("preset", "presets")}).preset == "cpu"
@@ -415,7 +427,7 @@ def test_a_section_is_a_mapping_or_empty() -> None:
     assert str(err.value) == "params.yaml must be a mapping, got [1]"
     with pytest.raises(LabError) as err:
         parse(TrainParams, {"nope": 1}, "")
-    assert str(err.value).startswith("unknown key 'nope'; valid keys: batch_size, ")
+    assert str(err.value) == "unknown key 'nope'; valid keys: steps"
     with pytest.raises(LabError) as err:
         parse(TrainParams, {"steps": "x"}, "")
     assert str(err.value) == "steps='x' is not valid; expected an integer"

@@ -35,8 +35,8 @@ TRAIN_ARGS = ["prep", "checkpoints/model.pt", "metrics/train.json", "metrics/rec
 def lab(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     """A workdir with prepared data, fixed environment and provenance, and the device locks each stage takes."""
     shutil.copytree(prepared, workdir / "prep")
-    params = micro_params(bench__repeats=2, bench__lock="fail", bench__steady_tolerance=0.5,
-                          bench__warmup_steps=3, train__steps=7)
+    params = micro_params(bench__repeats=2, harness__lock="fail", harness__steady_tolerance=0.5,
+                          harness__warmup_steps=3, train__steps=7)
     (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     locks: list = []
 
@@ -191,7 +191,7 @@ def test_train_saves_the_model_and_records_what_it_measured(lab: dict, monkeypat
     assert lab["locks"] == [("cpu", "fail", "train")]
 
     model = rec.run.model
-    expected = measured_record(base_record("train", p, p.run, "cpu", ENV, PROV), [rec], model.cfg,
+    expected = measured_record(base_record("train", p, p.run, "cpu", ENV, PROV, own="train"), [rec], model.cfg,
                                model.num_params(), 0.5)
     record = read_json("metrics/records/train.json")
     assert record == as_written(expected)
@@ -248,11 +248,11 @@ def test_train_refuses_settings_the_device_cannot_run(lab: dict) -> None:
 
 @pytest.mark.parametrize(("rec", "message"), [
     (RunRecord(status="diverged", message="loss became nan at step 3"),
-     "training stopped: loss became nan at step 3; lower train.lr or use another precision"),
+     "training stopped: loss became nan at step 3; lower optim.lr or use another precision"),
     (RunRecord(status="ok", val_loss=None),
-     "the trained model's validation loss is None, so nothing was recorded; lower train.lr or use another precision"),
+     "the trained model's validation loss is None, so nothing was recorded; lower optim.lr or use another precision"),
     (RunRecord(status="ok", val_loss=float("inf")),
-     "the trained model's validation loss is inf, so nothing was recorded; lower train.lr or use another precision"),
+     "the trained model's validation loss is inf, so nothing was recorded; lower optim.lr or use another precision"),
 ])
 def test_a_training_without_a_result_writes_nothing_and_keeps_the_earlier_outputs(lab: dict, monkeypatch: pytest.MonkeyPatch, rec: RunRecord,
                                                     message: str) -> None:

@@ -61,7 +61,7 @@ def test_failed_and_skipped_variants_get_no_figures() -> None:
     rows = summarize([
         result("fp32_baseline", 100.0, 5.0, 1000.0),
         {"variant": "fp16", "status": "skipped", "message": "needs a CUDA GPU", **ENV},
-        {"variant": "huge", "status": "oom", "message": "out of memory at train.batch_size=64", **ENV},
+        {"variant": "huge", "status": "oom", "message": "out of memory at shape.batch_size=64", **ENV},
     ], "fp32_baseline", 0.1)
     for row in rows[1:]:
         assert row["speedup_x"] is None and row.get("tokens_per_sec") is None and row["notes"]
@@ -183,7 +183,7 @@ def test_union_merges_overlaps_and_uncovered_skips_what_the_cover_hides() -> Non
 def oom(name: str, reserved: float | None, allocated: float | None, cap: float | None = None) -> dict:
     """A record of a variant that ran out of memory, as the bench stage writes it."""
     return {"variant": name, "status": "oom", "message": "CUDA out of memory. Tried to allocate 768.00 MiB",
-            "peak_mem_reserved_mb": reserved, "peak_mem_allocated_mb": allocated, "params.bench.memory_cap_gib": cap,
+            "peak_mem_reserved_mb": reserved, "peak_mem_allocated_mb": allocated, "params.harness.memory_cap_gib": cap,
             **ENV}
 
 
@@ -563,12 +563,12 @@ def test_a_row_without_a_measurement_says_why_in_words() -> None:
     assert not_run_reason({"status": "error"}) == "ended in an error"
     assert not_run_reason({"status": "killed", "message": "signal 9"}) == "ended killed (signal 9)"
     oom = {"status": "oom", "peak_mem_reserved_mb": 23900.0, "peak_mem_allocated_mb": 23100.0,
-           "params.bench.memory_cap_gib": 24}
+           "params.harness.memory_cap_gib": 24}
     assert not_run_reason(oom) == "ran out of memory at 23,900 MiB reserved (23,100 MiB allocated) under a 24 GiB cap"
     assert stopped_at({"peak_mem_allocated_mb": 512.0, "memory_cap_gib": 0.5}) == (
         " at 512 MiB allocated under a 0.5 GiB cap")  # a record from before the params' key: its own key
     assert stopped_at({}) == "" and memory_cap_gib({"memory_cap_gib": 0}) is None
-    assert memory_cap_gib({"params.bench.memory_cap_gib": 16, "memory_cap_gib": 8}) == 16
+    assert memory_cap_gib({"params.harness.memory_cap_gib": 16, "memory_cap_gib": 8}) == 16
 
 
 def test_energy_is_shown_only_as_measured_and_otherwise_says_why() -> None:

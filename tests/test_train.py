@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchlab.core.params import Params, RunSettings, parse_params
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.apply_knobs import apply
 from benchlab.run.runner import train_once
 from benchlab.run.schedule import lr_at
@@ -24,7 +24,7 @@ def run(params: Params, tokens, steps: int = 12, **settings: object):
 
 @pytest.mark.integration
 def test_loss_falls_on_the_tiny_preset(tokens) -> None:
-    p = parse_params(micro_params(train__lr=3e-3))
+    p = parse_params(micro_params(optim__lr=3e-3))
     rec = run(p, tokens, steps=40)
     assert rec.status == "ok"
     first, last = sum(rec.losses[:5]) / 5, sum(rec.losses[-5:]) / 5
@@ -79,7 +79,7 @@ def test_run_records_timing_of_steps_after_warmup(params: Params, tokens) -> Non
 
 
 def test_nan_loss_stops_the_run_as_diverged_with_its_step(params: Params, tokens) -> None:
-    p = replace(params, train=replace(params.train, lr=1e9, lr_warmup_steps=0, grad_clip=0.0))
+    p = replace(params, optim=replace(params.optim, lr=1e9, lr_warmup_steps=0, grad_clip=0.0))
     rec = run(p, tokens, steps=12)
     assert rec.status == "diverged"
     assert rec.diverged_step is not None and rec.diverged_step < 11
@@ -98,8 +98,8 @@ def test_out_of_memory_becomes_a_status(params: Params, tokens, monkeypatch: pyt
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor(params: Params) -> None:
-    p = replace(params, train=replace(params.train, lr=1.0, min_lr=0.1, lr_warmup_steps=4))
-    lrs = [lr_at(s, 20, p.train, p.run) for s in range(20)]
+    p = replace(params, optim=replace(params.optim, lr=1.0, min_lr=0.1, lr_warmup_steps=4))
+    lrs = [lr_at(s, 20, p.optim, p.run) for s in range(20)]
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert lrs[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
 
@@ -108,7 +108,7 @@ def _loss_and_grads(settings: RunSettings) -> tuple[float, dict]:
     """One training step's loss and the gradients it left, on a fixed tiny model and batch."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attention="sdpa"))
-    run = apply(model, settings, CPU, TrainParams())
+    run = apply(model, settings, CPU, OptimParams())
     g = torch.Generator().manual_seed(1)
     x, y = torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
     grads: dict = {}
@@ -148,4 +148,4 @@ def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -
     assert rec.status == "ok"
     from benchlab.run.results import base_record
     base = base_record("v", params, RunSettings(batch_size=8), "cpu", {}, {})
-    assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.train.block_size
+    assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.shape.block_size

@@ -162,8 +162,8 @@ def test_the_target_is_the_references_mean_at_its_budget_or_says_why_not() -> No
 
 def test_a_sweep_point_sets_the_learning_rate_its_floor_warmup_and_seed(params: Params) -> None:
     p = tuned(params, 0.008, 7, 3)
-    assert (p.train.lr, p.train.lr_warmup_steps, p.seed) == (0.008, 7, 3)
-    assert p.train.min_lr / p.train.lr == pytest.approx(params.train.min_lr / params.train.lr)
+    assert (p.optim.lr, p.optim.lr_warmup_steps, p.seed) == (0.008, 7, 3)
+    assert p.optim.min_lr / p.optim.lr == pytest.approx(params.optim.min_lr / params.optim.lr)
 
 
 def test_ttl_variants_are_changes_to_the_reference() -> None:
@@ -199,7 +199,7 @@ def test_the_stages_carry_the_references_budget_in_seconds_to_every_variant(
 
     def stand_in(p: Params, settings: object, data: object, device: object, seed: int, label: object) -> dict:
         slow = 2.0 if seed == 3 else 1.0  # seed 3's machine was twice as loaded: the budget is the mean
-        losses = [5.0, 4.0, 3.0, 2.0] if p.train.lr == 0.002 else [5.0, 4.5, 4.0, 3.5]
+        losses = [5.0, 4.0, 3.0, 2.0] if p.optim.lr == 0.002 else [5.0, 4.5, 4.0, 3.5]
         if getattr(settings, "optimizer") == "muon":  # fewer steps to a loss, each 1.5 times as long
             losses, slow = [4.0, 3.0, 2.0, 1.0], 1.5 * slow
         return {**curve(losses, times=[slow * t for t in (1.0, 2.0, 3.0, 4.0)]), "seed": seed, "message": "",

@@ -214,8 +214,9 @@ def stopped_at(r: dict[str, Any]) -> str:
 
 
 def memory_cap_gib(r: dict[str, Any]) -> float | None:
-    """The GPU memory cap a record ran under; None for none (0, or a record from before the cap existed)."""
-    cap = r.get("params.bench.memory_cap_gib", r.get("memory_cap_gib"))
+    """The GPU memory cap a record ran under; None for none (0, or a record from before the cap existed). Records
+    written before params.yaml was grouped by stage hold it as params.bench.memory_cap_gib."""
+    cap = r.get("params.harness.memory_cap_gib", r.get("params.bench.memory_cap_gib", r.get("memory_cap_gib")))
     return cap or None
 
 

@@ -14,7 +14,7 @@ from benchlab.analysis import ttl as judge
 from benchlab.analysis.ttl import REFERENCE_NAME
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import KNOBS, RunSettings, math_changes
-from benchlab.core.params import Params
+from benchlab.core.params import Params, with_changes
 
 # One run of the track: the params (tuned: learning rate, warm-up, seed), the arm's settings, the seed of its batch
 # order, its progress label; the curve's record (run.ttl.run_curve's).
@@ -22,10 +22,10 @@ Curve = Callable[[Params, RunSettings, int, str], dict[str, Any]]
 
 
 def tuned(p: Params, lr: float, warmup_steps: int, seed: int) -> Params:
-    """p with a point of the reference's sweep and a seed: train.lr (train.min_lr keeps its ratio to it),
-    train.lr_warmup_steps, and the seed of the initial weights."""
-    train = replace(p.train, lr=lr, min_lr=lr * p.train.min_lr / p.train.lr, lr_warmup_steps=warmup_steps)
-    return replace(p, seed=seed, train=train)
+    """p with a point of the reference's sweep and a seed: optim.lr (optim.min_lr keeps its ratio to it),
+    optim.lr_warmup_steps, and the seed of the initial weights."""
+    optim = replace(p.optim, lr=lr, min_lr=lr * p.optim.min_lr / p.optim.lr, lr_warmup_steps=warmup_steps)
+    return with_changes(p, seed=seed, optim=optim)
 
 
 def kind(settings: RunSettings) -> str:
@@ -38,8 +38,8 @@ def settings_record(p: Params) -> dict[str, Any]:
     """The params every ttl record carries, and a variant's must share with the reference's."""
     return {"reference": p.ttl.reference, "budget_fraction": p.ttl.budget_fraction, "steps": p.ttl.steps,
             "eval_steps": p.ttl.eval_steps(), "warmup_steps": p.ttl.warmup_steps, "seeds": list(p.ttl.seeds),
-            "alpha": p.ttl.alpha, "model": p.model, "batch_size": p.train.batch_size, "block_size": p.train.block_size,
-            "eval_batches": p.eval.batches, "min_lr_ratio": p.train.min_lr / p.train.lr,
+            "alpha": p.ttl.alpha, "model": p.model, "batch_size": p.shape.batch_size, "block_size": p.shape.block_size,
+            "eval_batches": p.eval.batches, "min_lr_ratio": p.optim.min_lr / p.optim.lr,
             "reference_settings": {k: getattr(p.variants[p.ttl.reference], k) for k in KNOBS}}
 
 

@@ -121,9 +121,9 @@ class RunSettings:
         {"optimizer": "the optimizer; adamw_compiled: the training step calls the compiled update"},
         skips.optimizer_skip, group="optimizer", changes_math=("muon",))
     schedule: Schedule = knob(
-        "cosine", "the learning rate after its linear warm-up (train.lr_warmup_steps): cosine to train.min_lr at "
-        "the last step; wsd (warmup-stable-decay): train.lr until the last cooldown_fraction of the steps, then "
-        "linear to train.min_lr", "the training step's learning rate (benchlab/run/schedule.py)",
+        "cosine", "the learning rate after its linear warm-up (optim.lr_warmup_steps): cosine to optim.min_lr at "
+        "the last step; wsd (warmup-stable-decay): optim.lr until the last cooldown_fraction of the steps, then "
+        "linear to optim.min_lr", "the training step's learning rate (benchlab/run/schedule.py)",
         group="optimizer", searched=False, changes_math=True)
     cooldown_fraction: float = knob(
         0.2, "schedule=wsd: the share of the steps over which the learning rate decays", "the training step's "
@@ -131,7 +131,7 @@ class RunSettings:
     fused_clip: bool = knob(
         False, "gradient clipping inside fused AdamW's kernel (with optimizer=adamw_fused): the global norm's "
         "clipping factor is handed to the kernel as its grad_scale, which divides each gradient as it reads it, so "
-        "the separate pass that rescales every gradient is gone (train.grad_clip 0: nothing to clip, no change)",
+        "the separate pass that rescales every gradient is gone (optim.grad_clip 0: nothing to clip, no change)",
         {"optimizer": "the optimizer"}, group="optimizer")
     compile: bool = knob(
         False, "torch.compile the model and its loss",
@@ -151,9 +151,9 @@ class RunSettings:
         {"parallel": "blocks: each block's forward compiled", "loss_head": "blocks: the output layer and its loss "
          "compiled apart"}, group="compile", searched=False)
     batch_size: int | None = knob(
-        None, "sequences per optimizer step; unset: train.batch_size (at the top level, set train.batch_size)",
+        None, "sequences per optimizer step; unset: shape.batch_size (at the top level, set shape.batch_size)",
         "the batch stream", group="batch", searched=False,
-        top_level="set train.batch_size (variants set batch_size)")
+        top_level="set shape.batch_size (variants set batch_size)")
     grad_accum: int = knob(
         1, "micro-batches per optimizer step; each holds batch_size / grad_accum sequences", "the training step",
         group="batch", unoptimized=None)

@@ -69,13 +69,13 @@ def lock_path(device: "torch.device") -> Path:
 
 @contextmanager
 def device_lock(device: "torch.device", mode: LockMode, holder: str) -> Iterator[None]:
-    """Hold the device's lock for the block; wait for it or fail at once, by `bench.lock`."""
+    """Hold the device's lock for the block; wait for it or fail at once, by `harness.lock`."""
     path = lock_path(device)
     waiting = f"{holder}: waiting for {{other}} to finish timing {device.type} ..." if mode == "wait" else None
     with _held(path, holder, waiting) as other:
         if other is not None:
             raise LabError(f"{device.type} is being timed by {other} (lock {path}); wait for it to finish, "
-                           "or set bench.lock=wait to queue behind it")
+                           "or set harness.lock=wait to queue behind it")
         yield
 
 

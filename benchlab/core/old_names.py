@@ -1,5 +1,6 @@
-"""Knob names of before the `optimizer` knob, in one place: how params.yaml is told what replaced them, and how a
-committed results folder that still holds them is read in today's names (`benchlab.analysis.folder_report`)."""
+"""Old names in one place: the knobs of before the `optimizer` knob (how params.yaml is told what replaced them, and
+how a committed results folder that still holds them is read in today's names, `benchlab.analysis.folder_report`),
+and the keys that moved to another section (each refused in one line naming its new place)."""
 
 from typing import Any
 
@@ -35,3 +36,19 @@ def from_old_knobs(settings: dict[str, Any]) -> dict[str, Any]:
         out["weight_dtype"] = "bf16"
     out["optimizer"] = next((opt for k, then, opt in OLD_OPTIMIZER_KNOBS if settings.get(k) == then), "adamw")
     return out
+
+
+# Keys that moved when params.yaml was grouped by the stage that reads each section (issue 52): `train` and `bench`
+# fed every stage; what every stage reads is now in shape, optim and harness, and train and bench keep their own.
+MOVED_KEYS = {
+    **{f"train.{k}": f"shape.{k}" for k in ("batch_size", "block_size")},
+    **{f"train.{k}": f"optim.{k}" for k in ("lr", "min_lr", "lr_warmup_steps", "weight_decay", "grad_clip")},
+    **{f"bench.{k}": f"harness.{k}" for k in ("warmup_steps", "steady_tolerance", "lock", "memory_cap_gib")},
+}
+
+
+def moved_key_error(key: str) -> str | None:
+    """One line naming where a moved key lives now (`train.lr` -> `optim.lr`); None for any other key."""
+    new = MOVED_KEYS.get(key)
+    return (f"{key} has moved to {new} (params.yaml is grouped by the stage that reads each section, README "
+            f"\"The pipeline\"): write it there, e.g. `dvc exp run -S {new}=...`") if new else None

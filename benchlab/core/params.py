@@ -8,14 +8,16 @@ the model, so a stage that only reads params (prepare) does not depend on them.
 """
 
 import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from benchlab.core import presets
+from benchlab.core import param_reads, presets
 from benchlab.core.errors import LabError, check, cut, shown
 from benchlab.core.knobs import KNOBS, TOP_LEVEL_KNOBS, RunSettings, check_combination, math_changes, top_level_refusal
-from benchlab.core.old_names import REPLACED_KNOBS, old_knob_error
+from benchlab.core.old_names import REPLACED_KNOBS, moved_key_error, old_knob_error
+from benchlab.core.on_base import ttl_on_reference, variants_on_base
+from benchlab.core.param_reads import Traced
 from benchlab.core.sections import (
     DEFAULT_FALLBACKS,
     DEFAULT_OURS,
@@ -26,19 +28,21 @@ from benchlab.core.sections import (
     DataParams,
     DeviceChoice,
     EvalParams,
+    HarnessParams,
+    OptimParams,
     ParityParams,
     ProfileParams,
-    PythonCorpusParams,
-    SearchParams,
+    ShapeParams,
     TrainParams,
-    TtlParams,
 )
+from benchlab.core.track_sections import PythonCorpusParams, SearchParams, TtlParams
 from benchlab.core.yaml_files import committed_yaml, read_yaml
 
 
 @dataclass(frozen=True)
-class Params:
-    """The whole of params.yaml. The knobs of `run` are written as top-level keys."""
+class Params(Traced):
+    """The whole of params.yaml, grouped by the stages that read each section. The knobs of `run` are written as
+    top-level keys."""
 
     seed: int = 1337
     """Seeds the initial weights and the batch order of every run."""
@@ -49,6 +53,9 @@ class Params:
     run: RunSettings = field(default_factory=RunSettings)
     """The train stage's knobs, read from the top-level keys named in TOP_LEVEL_KNOBS."""
     data: DataParams = field(default_factory=DataParams)
+    shape: ShapeParams = field(default_factory=ShapeParams)
+    optim: OptimParams = field(default_factory=OptimParams)
+    harness: HarnessParams = field(default_factory=HarnessParams)
     train: TrainParams = field(default_factory=TrainParams)
     bench: BenchParams = field(default_factory=BenchParams)
     eval: EvalParams = field(default_factory=EvalParams)
@@ -65,6 +72,8 @@ class Params:
     """The preset whose values replaced params.yaml's own (benchlab.core.presets); cpu: none replaced."""
 
     def __post_init__(self) -> None:
+        check(self.bench.steps >= self.harness.warmup_steps + 2, "bench.steps", self.bench.steps,
+              f"at least harness.warmup_steps + 2 = {self.harness.warmup_steps + 2}, so that two or more steps are timed")
         check(bool(self.variants), "variants", self.variants,
                "at least one variant, e.g. `fp32_baseline: {}` (the matrix the bench and aggregate stages run)")
         for name in self.variants:
@@ -102,7 +111,7 @@ class Params:
 
     def batch_size(self, settings: RunSettings) -> int:
         """Sequences per optimizer step under these settings."""
-        return settings.batch_size or self.train.batch_size
+        return settings.batch_size or self.shape.batch_size
 
 
 def variant_from(given: str | None, stage: str | None, p: Params, kind: str = "bench") -> str:
@@ -177,6 +186,9 @@ def parse(cls: type, data: Any, prefix: str = "") -> Any:
     for key, value in data.items():
         instead = old_knob_error(key, value) if cls is RunSettings else None
         full = f"{prefix}.{key}" if prefix else str(key)
+        moved = moved_key_error(full)
+        if moved:
+            raise LabError(moved)
         if instead:
             raise LabError(f"{cut(full)}={shown(value)} is not valid: the optimizer knob replaced fused_adamw, "
                            f"adam_state, compile_update and weight_dtype=bf16_sr; write {instead}")
@@ -223,47 +235,9 @@ def _parse_resolved(data: dict, preset: str) -> Params:
             valid = ", ".join(sorted(sections | {"preset", "presets"} | set(TOP_LEVEL_KNOBS)))
             raise LabError(f"unknown key {shown(key)}; valid keys: {valid}")
     hints = get_type_hints(Params)
-    rest = _ttl_on_reference(_variants_on_base(rest))
+    rest = ttl_on_reference(variants_on_base(rest))
     kwargs = {k: _convert(v, hints[k], k) for k, v in rest.items()}
     return Params(run=parse(RunSettings, knobs), preset=preset, **kwargs)
-
-
-def _variants_on_base(data: dict) -> dict:
-    """A variant written `{base: recipe, <knob>: <value>, ...}` is bases.recipe's knobs with those changes: put on
-    them here, before the knobs are read, so that each variant reads as a whole `RunSettings` (and its record keeps
-    them whole) while params.yaml states only what it changes. Every stage that reads a variant lists `bases`."""
-    variants, bases = data.get("variants"), data.get("bases")
-    if not isinstance(variants, dict):
-        return data
-    bases = bases if isinstance(bases, dict) else {}
-    merged = {}
-    for name, changes in variants.items():
-        if isinstance(changes, dict) and "base" in changes:
-            base = changes["base"]
-            if not isinstance(base, str) or not isinstance(bases.get(base), dict):
-                raise LabError(f"variants.{cut(str(name))}.base={shown(base)} is not valid; expected one of bases: "
-                               f"{', '.join(map(str, bases)) or '(none: add a bases section)'}")
-            changes = {**bases[base], **{k: v for k, v in changes.items() if k != "base"}}
-        merged[name] = changes
-    return {**data, "variants": merged}
-
-
-def _ttl_on_reference(data: dict) -> dict:
-    """ttl.variants as written are changes to the reference's knobs (`ttl.reference`): each is put on them here,
-    before the knobs are read, so each reads as a whole `RunSettings` and a bad value is named under ttl.variants."""
-    ttl = data.get("ttl")
-    if not isinstance(ttl, dict) or not isinstance(ttl.get("variants"), dict):
-        return data
-    reference = ttl.get("reference", TtlParams.reference)
-    base = (data.get("variants") or {}).get(reference) if isinstance(data.get("variants"), dict) else None
-    if not isinstance(base, dict) and reference == TtlParams.reference:  # the default, in a matrix without it:
-        return data  # only the ttl stages refuse it (stages/ttl.py), as the search does search.start
-    if ttl["variants"] and not isinstance(base, dict):
-        raise LabError(f"ttl.reference={shown(reference)} is not valid; expected one of the variants: "
-                       f"{', '.join(data.get('variants') or {}) or '(none)'}")
-    merged = {name: {**base, **(changes or {})} if isinstance(changes, dict) or changes is None else changes
-              for name, changes in ttl["variants"].items()}
-    return {**data, "ttl": {**ttl, "variants": merged}}
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -274,7 +248,15 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     data = read_yaml(path)
     if isinstance(data, dict) and data.get("preset", "cpu") != "cpu":
         presets.overruled(data, committed_yaml(path))  # a value the user set that the preset would replace
-    return parse_params(data)
+    params = parse_params(data)
+    param_reads.start()  # where a test asks (BENCHLAB_PARAM_READS): the keys this stage reads from here on
+    return params
+
+
+def with_changes(p: Params, **changes: Any) -> Params:
+    """`p` with some top-level values replaced (a section, the variants), checked again; not a read of the rest."""
+    with param_reads.quiet():
+        return replace(p, **changes)
 
 
 def corpus_param(path: str | Path = "params.yaml") -> str:
@@ -283,4 +265,6 @@ def corpus_param(path: str | Path = "params.yaml") -> str:
     data = read_yaml(path)
     section = data.get("data") if isinstance(data, dict) else None
     value = section.get("corpus", DataParams.corpus) if isinstance(section, dict) else DataParams.corpus
+    param_reads.start()
+    param_reads.note("data.corpus")
     return _convert(value, str, "data.corpus")

@@ -46,7 +46,7 @@ def _check_preset(name: str, preset: Any, base: dict[str, Any]) -> None:
     where = f"presets.{cut(name)}"
     if not isinstance(preset, dict):
         raise LabError(f"{where}={shown(preset)} is not valid; expected a mapping of params to replace, e.g. "
-                       "{model: gpt2_124m, train: {block_size: 1024}}")
+                       "{model: gpt2_124m, shape: {block_size: 1024}}")
     for key in dotted_keys(preset):
         node: Any = base
         for part in key.split("."):

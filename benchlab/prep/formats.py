@@ -269,14 +269,15 @@ def parquet_pieces(file: Path, field: str, piece_bytes: int, done: int) -> Itera
 
 
 def corpus_pieces(files: list[Path], data: DataParams, piece_bytes: int) -> Iterator[Piece]:
-    """Every file's pieces, in order; `done_bytes` counts the files' bytes on disk."""
-    done = 0
+    """Every file's pieces, in order; `done_bytes` counts the files' bytes on disk. data.text_field is read whatever
+    the files are, as the prepare stage lists it: a folder may gain a JSON lines file."""
+    done, field = 0, data.text_field
     for file in files:
         fmt = file_format(file, data.format)
         if fmt == "text":
             yield from text_pieces(file, piece_bytes, done)
         elif fmt == "jsonl":
-            yield from jsonl_pieces(file, data.text_field, piece_bytes, done)
+            yield from jsonl_pieces(file, field, piece_bytes, done)
         else:
-            yield from parquet_pieces(file, data.text_field, piece_bytes, done)
+            yield from parquet_pieces(file, field, piece_bytes, done)
         done += file.stat().st_size

@@ -32,7 +32,7 @@ from benchlab.core.errors import LabError
 from benchlab.core.knob_row import STEPS
 from benchlab.core.knobs import RunSettings
 from benchlab.core.loss_heads import LOSS_HEADS
-from benchlab.core.sections import TrainParams
+from benchlab.core.sections import OptimParams
 from benchlab.run.activation_checkpointing import checkpoint_blocks, rng_replay
 from benchlab.run.hardware import why_not
 from benchlab.run.heads.choose import BodyThenHead, LossFn, loss_fn
@@ -232,7 +232,7 @@ def loss_head(model: GPT, settings: RunSettings, device: torch.device) -> LossFn
                    chunk=settings.loss_chunk_tokens, hidden_dtype=autocast_dtype(settings))
 
 
-def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainParams) -> TrainingRun:
+def apply(model: GPT, settings: RunSettings, device: torch.device, optim: OptimParams) -> TrainingRun:
     """Apply the settings to a freshly built model, one step of STEPS after another (STEP_FUNCTIONS)."""
     reason = why_not(settings, device)
     if reason:
@@ -246,7 +246,7 @@ def apply(model: GPT, settings: RunSettings, device: torch.device, train: TrainP
     rng_replay(settings)
     parallelize(model, settings, device)
     loss = loss_head(model, settings, device)
-    optimizer = make_optimizer(model, settings, train)
+    optimizer = make_optimizer(model, settings, optim)
     run = TrainingRun(model, loss, optimizer, make_scaler(settings, device), device, settings)
     if settings.optimizer == "adamw_compiled":
         run.update = in_mode(settings)(run.clip_and_step)

@@ -8,12 +8,12 @@ from model.gpt import GPT, PRESETS, GPTConfig, padded_vocab
 
 
 def check_model(p: Params) -> None:
-    """The preset exists and holds the context train.block_size asks for."""
+    """The preset exists and holds the context shape.block_size asks for."""
     if p.model not in PRESETS:
         raise LabError(f"model={shown(p.model)} is not valid; expected {', '.join(PRESETS)}")
     context = PRESETS[p.model].block_size
-    if p.train.block_size > context:
-        raise LabError(f"train.block_size={p.train.block_size} is not valid; "
+    if p.shape.block_size > context:
+        raise LabError(f"shape.block_size={p.shape.block_size} is not valid; "
                        f"expected at most {context}, the context of model={p.model}")
 
 

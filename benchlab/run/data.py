@@ -75,8 +75,8 @@ def check_fits(tokens: np.ndarray, block_size: int, split: str) -> None:
     """A window needs block_size + 1 tokens (inputs plus the shifted targets)."""
     if len(tokens) < block_size + 1:
         raise LabError(
-            f"train.block_size={block_size} is longer than the {split} split ({len(tokens)} tokens); "
-            f"lower train.block_size below {len(tokens)} or bring a larger data.corpus"
+            f"shape.block_size={block_size} is longer than the {split} split ({len(tokens)} tokens); "
+            f"lower shape.block_size below {len(tokens)} or bring a larger data.corpus"
         )
 
 

@@ -72,11 +72,11 @@ def cap_memory(device: torch.device, cap_gib: float) -> None:
             torch.cuda.set_per_process_memory_fraction(1.0, _index(device))
         return
     if device.type != "cuda":
-        raise LabError(f"bench.memory_cap_gib={cap_gib:g} caps a GPU's memory, but this run is on the "
-                       f"{device.type}; set bench.memory_cap_gib=0")
+        raise LabError(f"harness.memory_cap_gib={cap_gib:g} caps a GPU's memory, but this run is on the "
+                       f"{device.type}; set harness.memory_cap_gib=0")
     total = torch.cuda.get_device_properties(device).total_memory
     if cap_gib * 2**30 > total:
-        raise LabError(f"bench.memory_cap_gib={cap_gib:g} is more than {torch.cuda.get_device_name(device)}'s "
+        raise LabError(f"harness.memory_cap_gib={cap_gib:g} is more than {torch.cuda.get_device_name(device)}'s "
                        f"{total / 2**30:.1f} GiB; set at most {total / 2**30:.1f}, or 0 for no cap")
     torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total, _index(device))
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchlab.core import parent_watch
+from benchlab.core import param_reads, parent_watch
 from benchlab.core.errors import LabError
 from benchlab.core.params import Params
 from benchlab.run import dist, power
@@ -123,10 +123,10 @@ def rank_device(p: Params, name: str) -> Iterator[torch.device]:
 
 def train_variant(p: Params, name: str, data: TokenData, device: torch.device, label: str, steps: int | None = None,
                   on_step: Callable[[], None] | None = None, keep_going: bool = False) -> RunRecord:
-    """One run of variant `name` as bench times it: `steps` (default bench.steps), the first bench.warmup_steps
+    """One run of variant `name` as bench times it: `steps` (default bench.steps), the first harness.warmup_steps
     untimed; the progress bar, labelled `label`, on the first rank only; `on_step` after every step."""
     return train_once(p, p.variants[name], data, device, p.bench.steps if steps is None else steps,
-                      p.bench.warmup_steps, progress=label if dist.rank() == 0 else None, on_step=on_step,
+                      p.harness.warmup_steps, progress=label if dist.rank() == 0 else None, on_step=on_step,
                       keep_going=keep_going)
 
 
@@ -151,7 +151,8 @@ def end_process() -> None:
     """A stage's process, or a repeat's, ends as soon as its outputs are written. The interpreter's own teardown
     (inductor's compile workers, the CUDA context) only kept the parent, or DVC, waiting: 1.5 to 2 s per repeat on
     a 2-core CPU, 2 to 7 s on an H200 (the `exit` part of each repeat's line). The outputs are written and closed,
-    the process group destroyed; only the standard streams are still buffered."""
+    the process group destroyed; only the standard streams are still buffered (and, in a test, the params read)."""
+    param_reads.write()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

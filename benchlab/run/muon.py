@@ -3,8 +3,8 @@
 Muon orthogonalizes each matrix's momentum (Newton-Schulz iterations) and suits the hidden layers' 2D weights
 only; embeddings, the tied output head and the LayerNorms' gains stay on AdamW, as in modded-nanogpt and torch's
 own documentation. Its learning rate is adjusted to match AdamW's update RMS (`adjust_lr_fn="match_rms_adamw"`,
-Moonshot's "Muon is Scalable for LLM Training"), so both halves share train.lr, its schedule and
-train.weight_decay. The momentum warms up from 0.85 to 0.95 over its first 300 steps (benchlab/run/schedule.py).
+Moonshot's "Muon is Scalable for LLM Training"), so both halves share optim.lr, its schedule and
+optim.weight_decay. The momentum warms up from 0.85 to 0.95 over its first 300 steps (benchlab/run/schedule.py).
 """
 
 from typing import Any

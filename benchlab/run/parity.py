@@ -31,7 +31,7 @@ from benchlab.run.runner import RunRecord, train_once
 
 def data_passes(p: Params, name: str, data: TokenData) -> float:
     """How many times a parity run goes through the training split (above 1: it sees batches again)."""
-    tokens = p.parity.steps * p.batch_size(p.variants[name]) * p.train.block_size
+    tokens = p.parity.steps * p.batch_size(p.variants[name]) * p.shape.block_size
     return tokens / max(1, len(data.train))
 
 
@@ -58,7 +58,7 @@ def settings_record(p: Params) -> dict[str, Any]:
     """The parity params every record carries."""
     return {"reference": p.parity.reference, "steps": p.parity.steps, "tail_steps": p.parity.tail_steps,
             "tolerance": p.parity.tolerance, "seeds": list(p.parity.seeds), "model": p.model,
-            "batch_size": p.train.batch_size, "block_size": p.train.block_size, "train_lr": p.train.lr}
+            "batch_size": p.shape.batch_size, "block_size": p.shape.block_size, "train_lr": p.optim.lr}
 
 
 def reference_record(p: Params, runs: list[RunRecord], passes: float) -> dict[str, Any]:

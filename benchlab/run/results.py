@@ -32,29 +32,34 @@ LEAK_MB = 8.0
 LEAK_FRACTION = 0.02
 
 
-def resolved_params(p: Params, settings: RunSettings) -> dict[str, Any]:
-    """The params this run actually used, the variant's settings in place of the top level."""
-    d = asdict(p)
-    d.pop("run")
+# The sections every timed run reads, recorded whole with it; with the stage's own section (`bench`, `train`).
+RUN_SECTIONS = ("shape", "optim", "harness", "eval")
+
+
+def resolved_params(p: Params, settings: RunSettings, own: str | None) -> dict[str, Any]:
+    """The params this run read, the variant's settings in place of the top-level knobs, as `params.<key>`."""
+    d: dict[str, Any] = {"seed": p.seed, "device": p.device, "model": p.model, "preset": p.preset}
+    for section in (*RUN_SECTIONS, *([own] if own else [])):
+        d[section] = asdict(getattr(p, section))
     d.update(asdict(settings))
-    for unused in ("variants", "aggregate", "profile", "parity"):
-        d.pop(unused)
     return flat("params", d)
 
 
-def base_record(name: str, p: Params, settings: RunSettings, device: str, env: dict, prov: dict) -> dict[str, Any]:
+def base_record(name: str, p: Params, settings: RunSettings, device: str, env: dict, prov: dict,
+                own: str | None = "bench") -> dict[str, Any]:
+    """What a timed run's record holds before it is measured; `own`: the stage's own section, recorded too."""
     return {
         "variant": name,
         "device": device,
         **asdict(settings),
         "model": p.model,
         "batch_size": p.batch_size(settings),
-        "block_size": p.train.block_size,
-        "tokens_per_step": p.batch_size(settings) * p.train.block_size,
-        "memory_cap_gib": p.bench.memory_cap_gib,  # 0: none; the card size this row answers for
+        "block_size": p.shape.block_size,
+        "tokens_per_step": p.batch_size(settings) * p.shape.block_size,
+        "memory_cap_gib": p.harness.memory_cap_gib,  # 0: none; the card size this row answers for
         **flat("env", env),
         **prov,
-        **resolved_params(p, settings),
+        **resolved_params(p, settings, own),
     }
 
 

@@ -100,7 +100,7 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
           meter: power.EnergyMeter, eval_steps: frozenset[int] = frozenset()) -> None:
     device = run.device
     settings = run.settings
-    stream = BatchStream(data.train, p.batch_size(settings), p.train.block_size, data_seed)
+    stream = BatchStream(data.train, p.batch_size(settings), p.shape.block_size, data_seed)
     rank, world = (dist.rank(), dist.world_size()) if dist.active() else (0, 1)
     clock = harness.StepClock(device)
     reader = LossReader(device)
@@ -118,11 +118,11 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             neighbours.start()
             t_window = time.perf_counter()
             meter.start()
-        lr = lr_at(step, steps, p.train, settings)
+        lr = lr_at(step, steps, p.optim, settings)
         set_lr(run.optimizer, lr)
         x, y = to_device(rank_slice(stream.next(), rank, world), device)
         clock.start()
-        loss = train_step(run, x, y, p.train.grad_clip, settings.grad_accum)
+        loss = train_step(run, x, y, p.optim.grad_clip, settings.grad_accum)
         clock.stop()
         if run.scaler is not None:
             scales.append(run.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
@@ -155,7 +155,7 @@ def evaluate(model: torch.nn.Module, p: Params, data: TokenData, device: torch.d
     """Mean cross-entropy over the fixed validation batches (in the given autocast, if any)."""
     model.eval()
     losses = []
-    for x, y in eval_batches(data.val, p.eval.batches, p.train.batch_size, p.train.block_size):
+    for x, y in eval_batches(data.val, p.eval.batches, p.shape.batch_size, p.shape.block_size):
         with autocast or nullcontext():
             _, loss = model(x.to(device), y.to(device))
         losses.append(loss.float().item())
@@ -171,7 +171,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
 
     The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
-    parity can train one model on two orders. `memory_cap_gib` (default: bench.memory_cap_gib; 0: none) caps
+    parity can train one model on two orders. `memory_cap_gib` (default: harness.memory_cap_gib; 0: none) caps
     what torch may allocate on a GPU, so a larger card answers for a smaller one; an OOM then records the
     memory at which the run stopped.
 
@@ -184,16 +184,16 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
         raise LabError(f"batch_size={p.batch_size(settings)} does not split over {rec.world_size} ranks x "
                        f"grad_accum={settings.grad_accum}; pick a global batch that is a multiple of {rec.world_size * settings.grad_accum}")
-    check_fits(data.train, p.train.block_size, "train")  # before building a model that could not train
-    check_fits(data.val, p.train.block_size, "validation")
-    cap = p.bench.memory_cap_gib if memory_cap_gib is None else memory_cap_gib
+    check_fits(data.train, p.shape.block_size, "train")  # before building a model that could not train
+    check_fits(data.val, p.shape.block_size, "validation")
+    cap = p.harness.memory_cap_gib if memory_cap_gib is None else memory_cap_gib
     harness.cap_memory(device, cap)  # before the first allocation, so the run starts under it
     run: TrainingRun | None = None
     try:
         began = time.perf_counter()
         model = fresh_model(p, settings, data.vocab_size, n_layer)  # the same initial weights on every device
         rec.init_s = time.perf_counter() - began
-        run = apply(model, settings, device, p.train)
+        run = apply(model, settings, device, p.optim)
         rec.setup_s = time.perf_counter() - began
         rec.apply_s = rec.setup_s - rec.init_s
         with power.EnergyMeter(run.device) as meter:  # closed however the loop ends (a sampling thread, NVML)

@@ -48,4 +48,4 @@ def run_curve(p: Params, settings: RunSettings, data: TokenData, device: torch.d
             "train_s": [clock[int(n) - 1] for n, _, _ in points], "val_loss": [loss for _, loss, _ in points],
             "eval_s": sum(s for _, _, s in points), "warmup_excess_s": sum(rec.step_ms[:warmup]) / 1000.0 - clock[warmup - 1],
             "step_ms_median": float(np.median(rec.step_ms[warmup:])),
-            "tokens_per_sec": (steps - warmup) * p.batch_size(settings) * p.train.block_size / timed}
+            "tokens_per_sec": (steps - warmup) * p.batch_size(settings) * p.shape.block_size / timed}

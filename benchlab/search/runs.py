@@ -40,9 +40,9 @@ def context(p: Params, device: torch.device) -> dict[str, Any]:
     afresh. `device`, `torch` and the cap also say which earlier answers may warm-start it."""
     env = environment()
     start = start_of(p)
-    return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.train.block_size,
-            "bench_steps": p.bench.steps, "warmup_steps": p.bench.warmup_steps, "screen_steps": p.search.screen_steps,
-            "memory_cap_gib": p.bench.memory_cap_gib, "device": env.get("gpu") or env.get("cpu") or device.type,
+    return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.shape.block_size,
+            "bench_steps": p.bench.steps, "warmup_steps": p.harness.warmup_steps, "screen_steps": p.search.screen_steps,
+            "memory_cap_gib": p.harness.memory_cap_gib, "device": env.get("gpu") or env.get("cpu") or device.type,
             "torch": env.get("torch"), "start": asdict(start), "parity": asdict(p.parity),
             "source_sha256": source_sha256()}
 
@@ -52,7 +52,7 @@ def limits(p: Params) -> Limits:
     speed, what a verdict costs); CUDA graphs and max-autotune tried on the fastest finalist alone."""
     start = start_of(p)
     return Limits(p.search.budget_s, p.search.max_candidates, p.search.confirm, p.search.repeats, p.search.lean_floor,
-                  parity_tokens=p.parity.steps * p.batch_size(start) * p.train.block_size, seed=p.seed,
+                  parity_tokens=p.parity.steps * p.batch_size(start) * p.shape.block_size, seed=p.seed,
                   finalist_only=True)
 
 
@@ -99,9 +99,9 @@ class Runs:
 
     def _run(self, cand: moves.Candidate, settings: RunSettings, rec: RunRecord, wall: float, what: str) -> Run:
         p = with_candidate(self.p, settings)
-        base = base_record(NAME, p, settings, self.device.type, {}, {})
+        base = base_record(NAME, p, settings, self.device.type, {}, {}, own=None)
         cfg, n_params = model_shape(p, settings, self.data.vocab_size)
-        record = measured_record(base, [rec], cfg, n_params, p.bench.steady_tolerance)
+        record = measured_record(base, [rec], cfg, n_params, p.harness.steady_tolerance)
         run = Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
                   peak_mem_mb=compared_memory(record), wall_s=wall,
                   message=record.get("message") or "", extra={**breakdown(rec, wall), "tps_spread": spread(record)})
@@ -114,9 +114,9 @@ class Runs:
         """A short run on the worker. On a CPU, in a fresh process instead: there the only memory figure is the
         process's lifetime peak, which a worker would carry from one candidate to the next."""
         if self.device.type != "cuda":
-            return self.repeat(cand, settings, steps=self.p.bench.warmup_steps + self.p.search.screen_steps)
+            return self.repeat(cand, settings, steps=self.p.harness.warmup_steps + self.p.search.screen_steps)
         began = time.perf_counter()
-        with locks.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
+        with locks.device_lock(self.device, self.p.harness.lock, f"search: {cand.name}"):
             rec = self.worker.screen(dict(cand.changes))
         return self._run(cand, settings, rec, time.perf_counter() - began, "screened")
 
@@ -131,7 +131,7 @@ class Runs:
         if not todo:
             return None
         print(f"search: compiling {len(todo)} candidates ahead, {min(processes, len(todo))} at a time", flush=True)
-        with locks.device_lock(self.device, self.p.bench.lock, "search: compiling ahead"):
+        with locks.device_lock(self.device, self.p.harness.lock, "search: compiling ahead"):
             cost = worker.precompile(list(todo), self.data_dir, processes, os.cpu_count() or 1)
         self.compiled |= set(todo)
         print(f"search: compiled ahead in {cost['wall_s']:.1f} s" + (f", {cost['precompile_failed']} failed (they "
@@ -147,7 +147,7 @@ class Runs:
             path.write_text(json.dumps(dict(cand.changes)))
             args = ["stages.search_worker", "--candidate", str(path), self.data_dir] + \
                 (["--steps", str(steps)] if steps is not None else [])
-            with locks.device_lock(self.device, self.p.bench.lock, f"search: {cand.name}"):
+            with locks.device_lock(self.device, self.p.harness.lock, f"search: {cand.name}"):
                 self.worker.close()  # a fresh process has the device to itself
                 rec = launch.repeat_in_fresh_process(args)
         what = "repeated in a fresh process" if steps is None else "screened in a fresh process"
@@ -156,7 +156,7 @@ class Runs:
     def judge(self, cand: moves.Candidate, settings: RunSettings) -> Run:
         began = time.perf_counter()
         p = with_candidate(self.p, settings)
-        with locks.device_lock(self.device, p.bench.lock, f"search: parity of {cand.name}"):
+        with locks.device_lock(self.device, p.harness.lock, f"search: parity of {cand.name}"):
             self.worker.close()
             run = parity.train_curve(p, NAME, self.data, self.device, p.parity.seeds[0])
         out = parity.variant_record(p, NAME, run, self.reference, parity.data_passes(p, NAME, self.data))

@@ -3,7 +3,7 @@
 **Screening** on a GPU runs on one long-lived worker process (`python -m stages.search_worker DATA --worker`): the
 interpreter, torch, the tokens and the CUDA context are paid for once, not once per candidate. Each candidate
 still builds its model from the seeded weights, applies its knobs, compiles (from the cache where it can), warms up
-(bench.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled graph
+(harness.warmup_steps) and times search.screen_steps steps; between candidates the worker drops every compiled graph
 (torch._dynamo.reset), collects and empties the allocator's cache, so a candidate starts from an empty device and
 its peak is its own. On a CPU, screening runs in fresh processes (runs.Runs.screen): its only memory figure is a
 process's lifetime peak.
@@ -35,10 +35,10 @@ from typing import IO, Any
 
 import torch
 
-from benchlab.core import parent_watch
+from benchlab.core import param_reads, parent_watch
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import CUDA_GRAPH_MODES, KNOBS, RunSettings
-from benchlab.core.params import Params
+from benchlab.core.params import Params, with_changes
 from benchlab.run import launch
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.hardware import device_facts, resolve_device
@@ -74,7 +74,7 @@ def start_of(p: Params) -> RunSettings:
 
 def with_candidate(p: Params, settings: RunSettings) -> Params:
     """The params with the candidate as one more variant, named `candidate`."""
-    return replace(p, variants={**p.variants, NAME: settings})
+    return with_changes(p, variants={**p.variants, NAME: settings})
 
 
 def read_candidate(p: Params, text: str, where: str) -> RunSettings:
@@ -93,7 +93,8 @@ def screen_here(p: Params, candidate: Path, data_dir: str, record_to: Path, step
     """A fresh process's side: one bench run of the candidate (bench.steps, or `steps`), its record written for the
     parent."""
     if steps is not None:
-        p = replace(p, bench=replace(p.bench, steps=steps))
+        with param_reads.quiet():  # bench.steps replaced: not read
+            p = replace(p, bench=replace(p.bench, steps=steps))
     launch.one_repeat(with_candidate(p, read_candidate(p, candidate.read_text(), str(candidate))), NAME, data_dir,
                       record_to)
 
@@ -117,9 +118,9 @@ def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> R
     """One screening run in the worker; a candidate the rules or the run refuse is its record, not the worker's end."""
     try:
         settings = screening_settings(read_candidate(p, line, "the screening worker"), p.search.screen_compile_scope)
-        steps = p.bench.warmup_steps + p.search.screen_steps
+        steps = p.harness.warmup_steps + p.search.screen_steps
         return counted(lambda: train_once(with_candidate(p, settings), settings, data, device, steps,
-                                          p.bench.warmup_steps, keep_going=True))
+                                          p.harness.warmup_steps, keep_going=True))
     except LabError as err:
         return RunRecord(status="error", message=str(err))
     finally:
