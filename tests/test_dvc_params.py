@@ -3,6 +3,9 @@ else its keys. dvc.yaml owns the lists; the stages note what they read (benchlab
 BENCHLAB_PARAM_READS is set, and `check_reads` holds each list to those notes. tests/test_pipeline.py runs the whole
 pipeline that way and calls it; the tests here check the comparison itself and the lists' form."""
 
+import os
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -83,9 +86,10 @@ def mismatches(listed: dict[str, list[str]], reads: dict[str, set[str]]) -> list
     return out
 
 
-def check_reads(folder: Path, pipeline: str = "dvc.yaml") -> None:
-    """Fail naming every stage of `pipeline` whose params list is not exactly what it read into `folder`."""
-    reads = read_by(folder)
+def check_reads(folder: Path, pipeline: str = "dvc.yaml", only: set[str] | None = None) -> None:
+    """Fail naming every stage of `pipeline` (or those in `only`) whose params list is not exactly what it read into
+    `folder`."""
+    reads = {stage: read for stage, read in read_by(folder).items() if only is None or stage in only}
     assert reads, f"no stage noted its reads in {folder}"
     problems = mismatches(stage_params(pipeline), reads)
     assert not problems, "\n".join(problems)
@@ -135,3 +139,33 @@ def test_the_root_and_search_pipelines_stay_short() -> None:
     """Issue 52's limit: a stage names sections, so the two files together stay under 220 lines."""
     lines = sum(len((ROOT / name).read_text().splitlines()) for name in ("dvc.yaml", "search/dvc.yaml"))
     assert lines < 220, lines
+
+
+@pytest.mark.integration  # the search and the time-to-loss stages, each in its own process as DVC runs them: minutes
+def test_the_search_and_ttl_stages_list_exactly_what_they_read(workdir: Path) -> None:
+    data = yaml.safe_load((workdir / "params.yaml").read_text())
+    data["parity"].update(steps=4, tail_steps=2, tolerance=5.0)
+    data["aggregate"]["ours"] = ["sdpa"]  # a warm start that runs on a CPU without compiling
+    data["search"] = {"start": "fp32_baseline", "budget_s": 600, "screen_steps": 2, "max_candidates": 2, "confirm": 1,
+                      "repeats": 1, "lean_floor": 0.5}
+    data["python_corpus"]["bytes"] = 20_000
+    data["ttl"].update(reference="fp32_baseline", steps=6, eval_every=3, warmup_steps=1, seeds=[1, 2], sweep_lrs=[0.002],
+                       sweep_warmup_steps=[1], variants={"muon": {"optimizer": "muon"}})
+    (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    reads = workdir / "param-reads"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_PARAM_READS": str(reads)}
+
+    def run(stage: str, module: str, *args: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=workdir, capture_output=True, text=True,
+                              env={**env, "DVC_STAGE": stage}, timeout=600)
+        assert proc.returncode == 0, f"{stage}: {proc.stderr[-2000:]}"
+
+    run("prepare", "stages.prepare", "prep")
+    run("parity_reference", "stages.parity", "prep", "rec", "curves")
+    run("search", "stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
+    run("python_corpus", "stages.python_corpus", "gen/python_sources.jsonl", "python_corpus.json")
+    run("ttl_reference", "stages.ttl", "prep", "ttl", "ttl_curves")
+    run("ttl@muon", "stages.ttl", "prep", "ttl", "ttl_curves")
+    run("ttl_report", "stages.ttl_report", "ttl", "ttl_report.md", "ttl_loss.png", "ttl.json")
+    check_reads(reads, "search/dvc.yaml", only={"search"})
+    check_reads(reads, "ttl/dvc.yaml", only={"python_corpus", "ttl_reference", "ttl", "ttl_report"})

@@ -43,8 +43,14 @@ def context(p: Params, device: torch.device) -> dict[str, Any]:
     return {"model": p.model, "batch_size": p.batch_size(start), "block_size": p.shape.block_size,
             "bench_steps": p.bench.steps, "warmup_steps": p.harness.warmup_steps, "screen_steps": p.search.screen_steps,
             "memory_cap_gib": p.harness.memory_cap_gib, "device": env.get("gpu") or env.get("cpu") or device.type,
-            "torch": env.get("torch"), "start": asdict(start), "parity": asdict(p.parity),
-            "source_sha256": source_sha256()}
+            "torch": env.get("torch"), "start": asdict(start), "parity": parity_context(p), "source_sha256": source_sha256()}
+
+
+def parity_context(p: Params) -> dict[str, Any]:
+    """The parity settings a verdict depends on; not parity.variants, the matrix's list, which the search never reads."""
+    q = p.parity
+    return {"reference": q.reference, "steps": q.steps, "tail_steps": q.tail_steps, "tolerance": q.tolerance,
+            "seeds": list(q.seeds)}
 
 
 def limits(p: Params) -> Limits:
