@@ -125,7 +125,7 @@ def test_each_optimizer_choice_makes_its_own_adamw(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "torchao.optim", types.SimpleNamespace(AdamW8bit=_FakeAdamW8bit))
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     made = {choice: make_optimizer(model, RunSettings(optimizer=choice), TrainParams(lr=0.25))
-            for choice in get_args(Optimizer) if choice != "muon"}  # muon is no AdamW: tests/test_muon.py
+            for choice in get_args(Optimizer) if choice != "muon"}  # muon is no AdamW: tests/unit/test_muon.py
     assert made["adamw"].defaults["foreach"] is False and not made["adamw"].defaults["fused"]
     assert made["adamw_fused"].defaults["fused"] is True
     compiled = made["adamw_compiled"].defaults  # torch's choice of implementation, the rate a tensor for the graph

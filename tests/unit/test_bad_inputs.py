@@ -293,7 +293,7 @@ CASES = [
     ("a checkpoint trained on another tokenizer's data", checkpoint_of(tokenizer="4096" * 16), EVALUATE,
      "checkpoints/model.pt was trained on data from another tokenizer (sha256 409640964096) than prep holds ("),
     ("a top-level key given twice", twice("seed: 1"), ENV,
-     "params.yaml gives seed twice (lines "),  # tests/test_params.py holds the whole message
+     "params.yaml gives seed twice (lines "),  # tests/unit/test_params.py holds the whole message
     ("a variant given twice", twice("  recipe: {precision: bf16}", after="variants:"), ENV, "params.yaml gives variants.recipe twice"),
     ("a megabyte corpus path", set_params(data__corpus="b" * MB), ENV,
      f"data.corpus={'b' * 80!r}... (1,000,000 chars) is not a usable path: File name too long; point data.corpus"),

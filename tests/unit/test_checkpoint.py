@@ -1,6 +1,6 @@
 """The trained model on disk: saved with the checksum of its weights, refused when damaged, named by evaluate.
 
-The damaged, NaN and too-short-context cases, each with its message, are in tests/test_bad_inputs.py.
+The damaged, NaN and too-short-context cases, each with its message, are in tests/unit/test_bad_inputs.py.
 """
 
 import json

@@ -1,7 +1,8 @@
 """benchlab/run/dist.py: which process is which rank, how torchrun is started, and which rank writes a stage's outputs.
 
-The ranks' training itself (two gloo ranks against one process) is in tests/test_distributed.py; these tests need
-no second process, so a planted bug in a rank's identity or in who writes is caught in the default selection.
+The ranks' training itself (two gloo ranks against one process) is in tests/integration/test_distributed.py;
+these tests need no second process, so a planted bug in a rank's identity or in who writes is caught in the
+default selection.
 """
 
 import contextlib

@@ -28,7 +28,7 @@ def test_every_knob_carries_its_doc_where_it_is_applied_and_its_default() -> Non
 
 
 def test_a_knobs_steps_are_numbered_by_their_place_in_apply_s_order() -> None:
-    # tests/test_apply_knobs.py holds apply to STEPS; here, the table's numbers come from STEPS alone.
+    # tests/unit/test_apply_knobs.py holds apply to STEPS; here, the table's numbers come from STEPS alone.
     by_name = {f.name: f for f in fields(RunSettings)}
     assert applied_at(by_name["attention"]).startswith(f"{STEPS.index('constructor')}. ") and STEPS[0] == "constructor"
     assert applied_at(by_name["loss"]) == f"{STEPS.index('loss_head')}. the loss head"

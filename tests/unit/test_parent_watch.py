@@ -1,5 +1,5 @@
 """benchlab/core/parent_watch.py piece by piece: each safety net on its own, so that one covering for another in the
-end-to-end tests (tests/test_faults.py: Linux's parent-death signal stops a stage before the watcher looks)
+end-to-end tests (tests/integration/test_faults.py: Linux's parent-death signal stops a stage before the watcher looks)
 cannot hide a broken one."""
 
 import importlib.machinery

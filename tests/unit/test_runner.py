@@ -1,6 +1,6 @@
 """benchlab/run/runner.py's loop and benchlab/run/step.py's step, event by event: where the timed window opens and
 what is measured inside it, the params each step reads, and what one run's record says. The learning itself is
-tests/test_train.py's."""
+tests/integration/test_train.py's."""
 
 import json
 import os

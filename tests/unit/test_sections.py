@@ -36,7 +36,7 @@ def defaults_and_values(data: dict) -> list[tuple[str, Any, Any]]:
     """(key, dataclass default, params.yaml's value) for each field of Params and of each of its sections."""
     out = []
     for f in fields(Params):
-        if f.name == "run":  # the knobs: their defaults are the unoptimized baseline (tests/test_knobs.py)
+        if f.name == "run":  # the knobs: their defaults are the unoptimized baseline (tests/unit/test_knobs.py)
             continue
         value = default(f)
         if is_dataclass(value):

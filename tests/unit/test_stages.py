@@ -1,6 +1,6 @@
 """The bench and train stages as DVC runs them: which files each writes for the next stage, built from exactly what
 was measured and the params, the line each prints, and the refusals that leave nothing behind. Measuring itself
-(fresh processes, ranks, the deadline) is tests/test_launch.py's; here a stand-in returns known runs, so each
+(fresh processes, ranks, the deadline) is tests/unit/test_launch.py's; here a stand-in returns known runs, so each
 field of a record can be checked against the harness's own functions."""
 
 import json
