@@ -3,7 +3,7 @@
 Each checks its own values in `__post_init__` and refuses a bad one naming its key, the value and what would be
 valid. `benchlab.core.params` puts them together into `Params` and reads params.yaml. No torch, no model here.
 
-params.yaml owns the values: each default here is params.yaml's own (tests/test_sections.py fails where one
+params.yaml owns the values: each default here is params.yaml's own (tests/unit/test_sections.py fails where one
 drifts), so a key left out of a section means what the file says. A list or mapping that names variants defaults
 to none: a section cannot know the matrix.
 """
