@@ -7,7 +7,7 @@ taken in fp32 with the inline head (the reference) and under bf16 autocast with 
 parameter it prints the relative error of the gradient, |g - g_fp32| / |g_fp32|, and its projection on the
 reference, <g, g_fp32> / <g_fp32, g_fp32>: a head that biased the gradients' scale would move the projection
 away from 1 by more than the rounding does. It checks the heads' arithmetic, not the GPU's kernels: on the CPU
-`onepass` runs its rows in torch (`benchlab.run.heads.onepass.rows_in_torch`), which tests/test_onepass.py compares with
+`onepass` runs its rows in torch (`benchlab.run.heads.onepass.rows_in_torch`), which tests/unit/test_onepass.py compares with
 liger-kernel's kernel on CUDA.
 """
 

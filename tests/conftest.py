@@ -61,7 +61,7 @@ def micro_params(**overrides: object) -> dict:
 # several hundred tests the first worker gets all of these; in the 84 integration tests alone the module splits
 # over both workers and the lab is built twice. (xdist_group marks would say it directly, but under pytest 9 they
 # no longer keep a group on one worker: xdist 3.8 renames `item._nodeid`, which pytest 9's `nodeid` ignores.)
-FIRST = ("tests/test_pipeline.py::",)
+FIRST = ("tests/integration/test_pipeline.py::",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

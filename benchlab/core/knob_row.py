@@ -14,7 +14,7 @@ Group = Literal["precision", "kernels", "memory", "loss", "optimizer", "compile"
 # The steps of `benchlab.run.apply_knobs.apply`, in the order it takes them (the constructor's, the attention
 # kernel, comes before apply): the one declaration of that order. A knob names the steps it is applied at, the knob
 # table numbers each by its place here, and apply_knobs.STEP_FUNCTIONS names the function of each step after the
-# constructor's (checked on import; tests/test_apply_knobs.py checks that apply calls them in this order).
+# constructor's (checked on import; tests/unit/test_apply_knobs.py checks that apply calls them in this order).
 STEPS: tuple[str, ...] = ("constructor", "placement", "matmul_flags", "float8", "checkpointing", "parallel",
                           "loss_head", "optimizer", "autocast")
 

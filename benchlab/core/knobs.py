@@ -200,7 +200,7 @@ class RunSettings:
 KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
 _FIELDS: dict[str, Field] = {f.name: f for f in fields(RunSettings)}
 # The train stage's knobs, read from params.yaml's top level (knob()'s `top_level` empty), in the table's order:
-# params.yaml's top-level lines and dvc.yaml's train params list exactly these (tests/test_knobs.py).
+# params.yaml's top-level lines and dvc.yaml's train params list exactly these (tests/unit/test_knobs.py).
 TOP_LEVEL_KNOBS: tuple[str, ...] = tuple(name for name, f in _FIELDS.items() if not f.metadata["top_level"])
 
 

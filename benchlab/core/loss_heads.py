@@ -28,7 +28,7 @@ class LossHead:
     library: str | None = None
     installed: str = ""
     # The library release whose internal kernel it calls by keyword (arguments change between releases): on CUDA it
-    # is skipped under any other release (requirements-gpu.txt pins the same one, tests/test_requirements.py).
+    # is skipped under any other release (requirements-gpu.txt pins the same one, tests/unit/test_requirements.py).
     pinned: str | None = None
     runs_on_cpu: bool = True  # False: a Triton kernel only, skipped on a CPU
     instead: str = "chunked"  # the head its skip proposes

@@ -2,7 +2,7 @@
 
 A stage reruns when, and only when, a param that dvc.yaml lists for it changes. A key it reads but does not list
 is a stale result waiting to happen; a key it lists but never reads is a needless rerun. dvc.yaml owns the lists
-(DVC must read them there); `tests/test_dvc_params.py` runs the pipeline with BENCHLAB_PARAM_READS set and checks
+(DVC must read them there); `tests/unit/test_dvc_params.py` runs the pipeline with BENCHLAB_PARAM_READS set and checks
 each stage's list against what this module noted. Unset (every user's run), nothing is noted and nothing written.
 """
 

@@ -1,11 +1,11 @@
 """The sections of params.yaml that dvc.yaml's stages read, as frozen dataclasses (the search's and the time-to-loss
 track's are in `benchlab.core.track_sections`). params.yaml is grouped by the stage that reads it: a section a stage
-reads whole is one line of its params in dvc.yaml (tests/test_dvc_params.py checks each stage against what it read).
+reads whole is one line of its params in dvc.yaml (tests/unit/test_dvc_params.py checks each stage against what it read).
 
 Each checks its own values in `__post_init__` and refuses a bad one naming its key, the value and what would be
 valid. `benchlab.core.params` puts them together into `Params` and reads params.yaml. No torch, no model here.
 
-params.yaml owns the values: each default here is params.yaml's own (tests/test_sections.py fails where one
+params.yaml owns the values: each default here is params.yaml's own (tests/unit/test_sections.py fails where one
 drifts), so a key left out of a section means what the file says. A list or mapping that names variants defaults
 to none: a section cannot know the matrix.
 """

@@ -1,5 +1,5 @@
 """Scripted machines: landscapes of tokens/s and peak memory over the searched knobs, on which the search is tested
-(tests/test_search*.py) and compared with Optuna (scripts/search_vs_optuna.py) without a device.
+(tests/unit/test_search*.py) and compared with Optuna (scripts/search_vs_optuna.py) without a device.
 
 A landscape starts from the recipe's figures. Each change to the recipe multiplies the speed and adds to the
 memory (`effects`; a change not listed costs 1% and no memory); sets of changes that do better or worse together

@@ -12,7 +12,7 @@ The op is registered with torch.library, so the compiler calls it as one opaque 
 (liger's own autograd function broke under torch.compile on the H200), and CUDA graphs can capture it: it
 reads nothing back to the host (liger's Python wrapper counts the targets with `.item()`; the kernel is called
 directly with the count known here). Without CUDA (the CPU) the same arithmetic runs in torch, so the head's
-wiring is tested there; the kernel against it on CUDA (tests/test_onepass.py).
+wiring is tested there; the kernel against it on CUDA (tests/unit/test_onepass.py).
 """
 
 import torch
