@@ -103,4 +103,4 @@ def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -
     assert rec.status == "ok"
     from benchlab.run.results import base_record
     base = base_record("v", params, RunSettings(batch_size=8), "cpu", {}, {})
-    assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.train.block_size
+    assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.shape.block_size
