@@ -28,10 +28,18 @@ class Traced:
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
-        if _reads is not None and name in type(self).__dataclass_fields__ and not isinstance(value, Traced):  # type: ignore[attr-defined]
+        if (_reads is not None and name in type(self).__dataclass_fields__  # type: ignore[attr-defined]
+                and not isinstance(value, Traced) and name not in object.__getattribute__(self, "__dict__").get(
+                    "_replaced", ())):
             section = type(self).SECTION
             _reads.add(f"{section}.{name}" if section else name)
         return value
+
+
+def replaced(obj: Traced, names: frozenset[str]) -> None:
+    """Mark fields whose values a stage put in itself (a time-to-loss arm's seed): reading them is no read of
+    params.yaml."""
+    object.__setattr__(obj, "_replaced", names)
 
 
 def start() -> None:

@@ -254,9 +254,12 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def with_changes(p: Params, **changes: Any) -> Params:
-    """`p` with some top-level values replaced (a section, the variants), checked again; not a read of the rest."""
+    """`p` with some top-level values replaced (a section, the variants), checked again; not a read of the rest, and
+    a later read of a replaced value (not a section: its own fields say) is none of params.yaml."""
     with param_reads.quiet():
-        return replace(p, **changes)
+        new = replace(p, **changes)
+    param_reads.replaced(new, frozenset(k for k, v in changes.items() if not isinstance(v, Traced)))
+    return new
 
 
 def corpus_param(path: str | Path = "params.yaml") -> str:
