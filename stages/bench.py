@@ -27,7 +27,7 @@ from benchlab.run.env import environment, provenance
 from benchlab.core.stage_main import run_main
 from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.run.hardware import resolve_device, why_not
-from benchlab.run.results import base_record, measured_record, skipped_record, steps_csv
+from benchlab.run.records import base_record, measured_record, skipped_record, steps_csv
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from benchlab.core.stage_main import run_main
 from benchlab.core.errors import LabError
 from benchlab.core.files import claim_outputs, commit_outputs, write_json, write_text
 from benchlab.run.hardware import resolve_device, why_not
-from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
+from benchlab.run.records import base_record, measured_record, metric_view, steps_csv
 from benchlab.run.runner import train_once
 
 

@@ -1,6 +1,6 @@
 """A variant's result read as a type: the facts every reader of results shares, decided here once.
 
-The bench and train stages write a result as flat JSON with units in its keys (benchlab/run/results.py); the
+The bench and train stages write a result as flat JSON with units in its keys (benchlab/run/records.py); the
 summary's rows, the plots, the run report, the search and the README's tables read those keys. Which memory
 figure a row is compared by, the mean of a loss curve's tail, which row the ratios are taken against, and which
 keys are metrics are asked by several of them; each is answered by this module, so they cannot drift apart.

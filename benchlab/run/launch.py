@@ -42,16 +42,16 @@ from benchlab.run import dist, power
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.hardware import resolve_device
 from benchlab.run.harness import process_age_s
-from benchlab.run.runner import RunRecord, train_once
+from benchlab.run.runner import Measurement, train_once
 
 
-def run_repeats(p: Params, name: str, data_dir: str, module_args: list[str]) -> list[RunRecord]:
+def run_repeats(p: Params, name: str, data_dir: str, module_args: list[str]) -> list[Measurement]:
     """bench.repeats runs; in this process when there is one (DVC started it fresh), else one fresh process each.
 
     `module_args` run the stage's repeat mode (`python -m <module_args> --record-to FILE`); `data_dir` holds
     the tokens a run in this process reads.
     """
-    runs: list[RunRecord] = []
+    runs: list[Measurement] = []
     settings = p.variants[name]
     place = f"variant {list(p.variants).index(name) + 1} of {len(p.variants)}"  # the matrix's progress
     deadline, walls = deadline_from_env(), []
@@ -90,7 +90,7 @@ def deadline_from_env() -> float | None:
                        "e.g. $(( $(date +%s) + 600 ))") from None
 
 
-def repeat_cost(rec: RunRecord, wall_s: float) -> str:
+def repeat_cost(rec: Measurement, wall_s: float) -> str:
     """Where a repeat's wall time went: what a user plans a matrix's length by (start-up counts too).
 
     The part not named is the process's exit and the parent's reading of its record."""
@@ -122,7 +122,7 @@ def rank_device(p: Params, name: str) -> Iterator[torch.device]:
 
 
 def train_variant(p: Params, name: str, data: TokenData, device: torch.device, label: str, steps: int | None = None,
-                  on_step: Callable[[], None] | None = None, keep_going: bool = False) -> RunRecord:
+                  on_step: Callable[[], None] | None = None, keep_going: bool = False) -> Measurement:
     """One run of variant `name` as bench times it: `steps` (default bench.steps), the first harness.warmup_steps
     untimed; the progress bar, labelled `label`, on the first rank only; `on_step` after every step."""
     return train_once(p, p.variants[name], data, device, p.bench.steps if steps is None else steps,
@@ -158,14 +158,14 @@ def end_process() -> None:
     os._exit(0)
 
 
-def combine_ranks(records: list[RunRecord]) -> RunRecord:
+def combine_ranks(records: list[Measurement]) -> Measurement:
     """One run's record from its ranks' (rank order): the slowest rank's time per step, the mean loss per step,
     the highest memory peaks; rank 0's validation loss (every rank evaluates the same batches)."""
     first = records[0]
     failed = next((r for r in records if r.status != "ok"), None)
     if failed is not None:
         return failed
-    out = RunRecord(**{f.name: getattr(first, f.name) for f in fields(RunRecord) if f.name != "run"})
+    out = Measurement(**{f.name: getattr(first, f.name) for f in fields(Measurement) if f.name != "run"})
     out.world_size = len(records)
     out.step_ms = [max(times) for times in zip(*(r.step_ms for r in records))]
     out.losses = [float(np.mean(values)) for values in zip(*(r.losses for r in records))]
@@ -206,8 +206,8 @@ def _child(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Comp
     return subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=parent_watch.die_with_parent)
 
 
-def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) -> RunRecord:
-    """Run one repeat as `python -m <module_args> --record-to FILE` in a new process and read back its RunRecord.
+def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) -> Measurement:
+    """Run one repeat as `python -m <module_args> --record-to FILE` in a new process and read back its Measurement.
 
     With `nproc`, torchrun starts the module on that many ranks per node (`dist.torchrun_argv`) and the
     first rank of this node writes the ranks' combined record. The child is the same stage in its repeat
@@ -219,7 +219,7 @@ def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) ->
         cmd = dist.torchrun_argv(nproc, module_args) if nproc else [sys.executable, "-m", *module_args]
         proc = _child([*cmd, "--record-to", str(out)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
         if proc.returncode == 0 and out.is_file():
-            rec = RunRecord.from_json(out.read_text())
+            rec = Measurement.from_json(out.read_text())
             rec.exit_s = max(0.0, time.time() - out.stat().st_mtime)  # the child's teardown after it wrote
             return rec
         sys.stderr.write(proc.stderr)
@@ -229,7 +229,7 @@ def repeat_in_fresh_process(module_args: list[str], nproc: int | None = None) ->
         if proc.returncode in (2, 130, 143):  # the user's error or a stop: this stage cannot go on either
             raise LabError(f"a repeat's process failed (exit {proc.returncode}): {last}")
         # A crash (a CUDA fault, a killed compiler worker) is this variant's result; the matrix goes on.
-        return RunRecord(status="error", message=f"the repeat's process died (exit {proc.returncode}): {last[:300]}")
+        return Measurement(status="error", message=f"the repeat's process died (exit {proc.returncode}): {last[:300]}")
 
 
 def on_ranks(nproc: int, module_args: list[str]) -> None:

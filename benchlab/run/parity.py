@@ -26,7 +26,7 @@ from benchlab.core.params import Params
 from benchlab.core.record import tail_loss
 from benchlab.run.data import TokenData
 from benchlab.run.hardware import why_not
-from benchlab.run.runner import RunRecord, train_once
+from benchlab.run.runner import Measurement, train_once
 
 
 def data_passes(p: Params, name: str, data: TokenData) -> float:
@@ -45,11 +45,11 @@ def verdict(gap: float, noise: float, tolerance: float) -> tuple[bool | None, st
     return False, f"{'worse' if gap > 0 else 'better'} by {abs(gap):.3f} nats"
 
 
-def train_curve(p: Params, name: str, data: TokenData, device: torch.device, data_seed: int) -> RunRecord:
+def train_curve(p: Params, name: str, data: TokenData, device: torch.device, data_seed: int) -> Measurement:
     """One parity run of a variant: parity.steps steps from `seed`'s weights in `data_seed`'s batch order."""
     reason = why_not(p.variants[name], device)
     if reason:
-        return RunRecord(status="skipped", message=reason)
+        return Measurement(status="skipped", message=reason)
     return train_once(p, p.variants[name], data, device, p.parity.steps, 1, progress=f"parity: {name}, order {data_seed}",
                       keep_going=True, data_seed=data_seed, memory_cap_gib=0.0)
 
@@ -61,7 +61,7 @@ def settings_record(p: Params) -> dict[str, Any]:
             "batch_size": p.shape.batch_size, "block_size": p.shape.block_size, "train_lr": p.optim.lr}
 
 
-def reference_record(p: Params, runs: list[RunRecord], passes: float) -> dict[str, Any]:
+def reference_record(p: Params, runs: list[Measurement], passes: float) -> dict[str, Any]:
     """The reference's two runs: their tail losses, the gap between them (the noise), and the first curve."""
     out = {**settings_record(p), "data_passes": passes}
     failed = next((r for r in runs if r.status != "ok"), None)
@@ -81,7 +81,7 @@ def check_reference(p: Params, ref: dict[str, Any]) -> None:
                        "`dvc repro parity_reference` first")
 
 
-def variant_record(p: Params, name: str, run: RunRecord, ref: dict[str, Any], passes: float) -> dict[str, Any]:
+def variant_record(p: Params, name: str, run: Measurement, ref: dict[str, Any], passes: float) -> dict[str, Any]:
     """A variant's parity: its tail loss against the reference's first order, and the verdict."""
     out = {**settings_record(p), "variant": name, "data_passes": passes, "status": run.status,
            "message": run.message, "learns_same": None}

@@ -40,8 +40,9 @@ from benchlab.run.step import Diverged, LossReader, rank_slice, skipped_steps, t
 
 
 @dataclass
-class RunRecord:
-    """What one run measured. Timing fields cover the steps after `warmup_steps`."""
+class Measurement:
+    """What one run measured, before `benchlab.run.records` makes it a record (with its repeats). Timing fields cover
+    the steps after `warmup_steps`."""
 
     status: str  # ok | diverged | oom | error
     message: str = ""
@@ -91,11 +92,11 @@ class RunRecord:
         return json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
 
     @classmethod
-    def from_json(cls, text: str) -> "RunRecord":
+    def from_json(cls, text: str) -> "Measurement":
         return cls(**json.loads(text))
 
 
-def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: RunRecord,
+def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int, rec: Measurement,
           progress: str | None, on_step: Callable[[], None] | None, data_seed: int,
           meter: power.EnergyMeter, eval_steps: frozenset[int] = frozenset()) -> None:
     device = run.device
@@ -167,7 +168,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
                keep_model: bool = False, progress: str | None = None,
                on_step: Callable[[], None] | None = None, keep_going: bool = False,
                data_seed: int | None = None, memory_cap_gib: float | None = None,
-               eval_steps: frozenset[int] = frozenset(), n_layer: int | None = None) -> RunRecord:
+               eval_steps: frozenset[int] = frozenset(), n_layer: int | None = None) -> Measurement:
     """Build, train and evaluate one fresh model; OOM and divergence become a status, not a crash.
 
     The initial weights always come from `seed`; the batch order from `data_seed` (default: `seed` too), so
@@ -180,7 +181,7 @@ def train_once(p: Params, settings: RunSettings, data: TokenData, device: torch.
     after each step done in `eval_steps` but the last the validation loss goes into `val_curve` (the last: val_loss).
     `n_layer` builds the model that deep instead (the search compiles a candidate's block ahead on one layer).
     """
-    rec = RunRecord(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
+    rec = Measurement(status="ok", warmup_steps=warmup, world_size=dist.world_size() if dist.active() else 1)
     if p.batch_size(settings) % (rec.world_size * settings.grad_accum):
         raise LabError(f"batch_size={p.batch_size(settings)} does not split over {rec.world_size} ranks x "
                        f"grad_accum={settings.grad_accum}; pick a global batch that is a multiple of {rec.world_size * settings.grad_accum}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.journal import SCREENING, Entry, Journal
 from benchlab.search.moves import FINALIST_ONLY
 from benchlab.search.outcome import GOALS
 
@@ -34,18 +34,18 @@ class Budget:
     def __init__(self, journal: Journal, limits: Limits) -> None:
         self.journal, self.limits = journal, limits
 
-    def fresh_s(self, start: Run) -> float:
+    def fresh_s(self, start: Entry) -> float:
         """A fresh process's cost: measured, or until one has run, the start's screening run (the worker's first:
         a process's start and a first compilation)."""
         return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase == "confirm"]) or start.wall_s
 
-    def verdict_s(self, start: Run) -> float:
+    def verdict_s(self, start: Entry) -> float:
         """A parity verdict's cost: measured, or the start's screening overhead plus parity's tokens at its speed."""
         timed = start.extra.get("timed_s") or 0.0
         return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase == "parity"]) or \
             start.wall_s - timed + self.limits.parity_tokens / float(start.tokens_per_sec or 1)
 
-    def reserve_s(self, start: Run | None) -> float:
+    def reserve_s(self, start: Entry | None) -> float:
         """What confirmation (the start's and each goal's) and parity will cost, less what has run of them."""
         if start is None or not start.tokens_per_sec:
             return 0.0
@@ -59,7 +59,7 @@ class Budget:
         """A screening run's cost: the median so far."""
         return median_or_zero([r.wall_s for r in self.journal.runs.values() if r.phase in SCREENING and r.status != "refused"])
 
-    def finalist_s(self, start: Run | None) -> float:
+    def finalist_s(self, start: Entry | None) -> float:
         """What the finalist's first FINALIST_ONLY value (the cheapest) will cost, kept until it has run (the
         global phase would spend it otherwise); 0 without finalist_only."""
         if not self.limits.finalist_only or start is None or \
@@ -67,7 +67,7 @@ class Budget:
             return 0.0
         return min(FINALIST_ONLY.values()) * self.fresh_s(start)
 
-    def can_screen(self, start: Run | None, cost_s: float | None = None, finalist: bool = False) -> bool:
+    def can_screen(self, start: Entry | None, cost_s: float | None = None, finalist: bool = False) -> bool:
         """Another screening run fits: it (at `cost_s`, or the median so far), and what confirmation and parity will
         cost, end within the budget; and, unless it is the finalist's run, what that will cost too (a run and its
         seconds)."""
@@ -77,7 +77,7 @@ class Budget:
         cost = self.screening_s() if cost_s is None else cost_s
         return self.journal.spent_s() + cost + self.reserve_s(start) + kept <= self.limits.budget_s
 
-    def runs_left(self, start: Run | None) -> int:
+    def runs_left(self, start: Entry | None) -> int:
         """How many more screening runs fit, at the median cost so far (before any: the start's), and the candidate
         limit: what is worth compiling ahead."""
         cost = self.screening_s() or (start.wall_s if start is not None else 0.0)
@@ -85,7 +85,7 @@ class Budget:
         fit = int(room // cost) if cost > 0 else self.limits.max_candidates
         return max(0, min(fit, self.limits.max_candidates - self.journal.measured()))
 
-    def plan_line(self, start: Run) -> str:
+    def plan_line(self, start: Entry) -> str:
         """The first line a user reads: what the budget buys at the measured screening cost."""
         cost = max(start.wall_s, 1e-9)
         reserve = self.reserve_s(start)

@@ -13,7 +13,7 @@ from typing import Callable
 from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.budget import Limits
-from benchlab.search.journal import Journal, Run
+from benchlab.search.journal import Entry, Journal
 from benchlab.search.moves import Candidate
 from benchlab.search.outcome import Answer
 from benchlab.search.protocol import Device
@@ -24,7 +24,7 @@ class Confirmation:
     limits: Limits
     start: RunSettings
     device: Device
-    record: Callable[[Run, Candidate, str, str], Run]
+    record: Callable[[Entry, Candidate, str, str], Entry]
 
     @staticmethod
     def undominated(answers: dict[str, Answer]) -> dict[str, Answer]:
@@ -36,7 +36,7 @@ class Confirmation:
             return {**answers, "lean": fast}
         return answers
 
-    def repeats_of(self, cand: Candidate) -> list[Run]:
+    def repeats_of(self, cand: Candidate) -> list[Entry]:
         """The candidate's fresh-process repeats, from the journal or run now."""
         out = []
         for i in range(self.limits.repeats):
@@ -45,7 +45,7 @@ class Confirmation:
             out.append(again or self.record(self.device.repeat(cand, cand.settings(self.start)), cand, "confirm", key))
         return out
 
-    def confirmed_start(self, start: Run) -> Run:
+    def confirmed_start(self, start: Entry) -> Entry:
         """The start as its answers are compared with it: the median of its own fresh-process repeats (its
         screening run where there are none), so a ratio never sets a screening run against a fresh process."""
         ok = [r for r in self.repeats_of(Candidate()) if r.status == "ok"]
@@ -54,7 +54,7 @@ class Confirmation:
         return replace(start, tokens_per_sec=statistics.median(float(r.tokens_per_sec or 0) for r in ok),
                        peak_mem_mb=max(float(r.peak_mem_mb or 0) for r in ok))
 
-    def confirm(self, goal: str, start: Run, ranked: list[Run]) -> Answer:
+    def confirm(self, goal: str, start: Entry, ranked: list[Entry]) -> Answer:
         """Repeat the best runs in fresh processes, rank them by the repeats' median, give the first that passes
         parity."""
         confirmed = []
@@ -78,7 +78,7 @@ class Confirmation:
         return Answer(message=f"none of the {len(confirmed)} confirmed candidates passed parity" if confirmed
                       else "no candidate was confirmed")
 
-    def verdict(self, cand: Candidate) -> Run:
+    def verdict(self, cand: Candidate) -> Entry:
         """The candidate's parity verdict, from the journal or judged now."""
         done = self.journal.get("parity", cand.name)
         return done or self.record(self.device.judge(cand, cand.settings(self.start)), cand, "parity", cand.name)

@@ -35,7 +35,7 @@ import numpy as np
 from benchlab.core.knobs import RunSettings
 from benchlab.search import pareto
 from benchlab.search.pareto import area
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from benchlab.search.moves import Candidate, Change, Rules, moves, partner
 
 EXPLORE = "explore"  # the journal's phase for the exploration's screening runs
@@ -44,20 +44,20 @@ MIN_GAIN = 1e-6  # a predicted gain smaller than this share of the front's area 
 
 Term = tuple[str, Any]
 Point = tuple[float, float]  # (tokens/s, peak MiB)
-Screen = Callable[[Candidate], "Run | None"]
+Screen = Callable[[Candidate], "Entry | None"]
 Prepare = Callable[[list[Candidate]], None]  # compile these ahead of their screening runs (runs.Runs.prepare)
 
 
-def measured(run: Run) -> bool:
+def measured(run: Entry) -> bool:
     return run.status == "ok" and bool(run.tokens_per_sec) and bool(run.peak_mem_mb)
 
 
-def point(run: Run) -> pareto.Point | None:
+def point(run: Entry) -> pareto.Point | None:
     """A run's point on the front: None where it did not run or lacks either figure."""
     return (float(run.tokens_per_sec or 0), float(run.peak_mem_mb or 0)) if measured(run) else None
 
 
-def front_of(runs: list[Run], floor_tps: float, tie: float = 0.0) -> list[Run]:
+def front_of(runs: list[Entry], floor_tps: float, tie: float = 0.0) -> list[Entry]:
     """The measured runs at floor_tps or more that no other beats (pareto.front), fastest first."""
     return pareto.front(runs, point, floor_tps, tie)
 
@@ -71,7 +71,7 @@ class Effects:
     measured (within FLOOR_SHARE), they say only that the floor was reached, so they are left out of the memory
     fit and no prediction goes below them."""
 
-    def __init__(self, runs: list[Run]) -> None:
+    def __init__(self, runs: list[Entry]) -> None:
         ok = [r for r in runs if measured(r)]
         least = min((float(r.peak_mem_mb or 0) for r in ok), default=0.0)
         above = [r for r in ok if float(r.peak_mem_mb or 0) > least * (1 + FLOOR_SHARE)]
@@ -83,7 +83,7 @@ class Effects:
         self.speed = self._fit(ok, lambda r: math.log(float(r.tokens_per_sec or 1)))
         self.memory = self._fit(ok if self.floor is None else above, lambda r: float(r.peak_mem_mb or 0))
 
-    def _fit(self, runs: list[Run], figure: Callable[[Run], float]) -> np.ndarray:
+    def _fit(self, runs: list[Entry], figure: Callable[[Entry], float]) -> np.ndarray:
         rows = np.zeros((len(runs), len(self.terms) + 1))
         rows[:, 0] = 1.0
         for i, run in enumerate(runs):
@@ -95,7 +95,7 @@ class Effects:
     def _sum(self, weights: np.ndarray, changes: list[Term]) -> float:
         return float(sum(weights[self.terms[t]] for t in changes))
 
-    def predict(self, cand: Candidate, base: Run) -> Point | None:
+    def predict(self, cand: Candidate, base: Entry) -> Point | None:
         """The candidate's tokens/s and peak MiB: the measured base's, moved by the fitted difference between the
         two (so what the fit misses about the base cancels out); None where one of its changes was never measured."""
         if any(term not in self.terms for term in cand.changes):
@@ -107,7 +107,7 @@ class Effects:
         return tps, mem if self.floor is None else max(mem, self.floor)
 
 
-def around(point: Run, start: RunSettings, rules: Rules, batch: int, held: Collection[Change] = ()) -> list[Candidate]:
+def around(point: Entry, start: RunSettings, rules: Rules, batch: int, held: Collection[Change] = ()) -> list[Candidate]:
     """Every one-knob change of a front point that either goal may make, each refused one replaced by its partner
     (or left out where it has none): in the knob table's order, each configuration once, a knob moved back to the
     start's value no longer a change."""
@@ -123,20 +123,20 @@ def around(point: Run, start: RunSettings, rules: Rules, batch: int, held: Colle
     return list(out.values())
 
 
-Move = tuple[Candidate, Run]  # a candidate and the front point it is one change from
+Move = tuple[Candidate, Entry]  # a candidate and the front point it is one change from
 
 
 class Explorer:
     """The passes (see the module's docstring) over the runs measured before them, `seen`."""
 
-    def __init__(self, seen: list[Run], screen: Screen, start: RunSettings, rules: Rules, batch: int,
+    def __init__(self, seen: list[Entry], screen: Screen, start: RunSettings, rules: Rules, batch: int,
                  floor_tps: float, log: Callable[[str], None], tie: float = 0.0, held: Collection[Change] = (),
                  prepare: Prepare | None = None) -> None:
         self.seen, self.screen, self.start, self.rules, self.batch = list(seen), screen, start, rules, batch
         self.floor_tps, self.log, self.tie, self.held, self.prepare = floor_tps, log, tie, held, prepare
-        self.explored: list[Run] = []
+        self.explored: list[Entry] = []
 
-    def run(self) -> list[Run]:
+    def run(self) -> list[Entry]:
         """Pass after pass until one adds no point to the front or the budget ends; the runs it screened."""
         number = 0
         while True:

@@ -37,8 +37,8 @@ SAME_MACHINE = ("device", "torch", "memory_cap_gib")
 
 
 @dataclass(frozen=True)
-class Run:
-    """One candidate's run, as the journal keeps it (made whole: a run is never edited once made)."""
+class Entry:
+    """A journal entry: one run of a candidate, as the journal keeps it (made whole: never edited once made)."""
 
     name: str
     changes: dict[str, Any]
@@ -58,8 +58,8 @@ class Journal:
 
     def __init__(self, path: Path, context: dict[str, Any], checks: Problem | None = None) -> None:
         self.path, self.context = path, context
-        self.runs: dict[tuple[str, str], Run] = {}
-        self.others: list[tuple[dict[str, Any], Run]] = []
+        self.runs: dict[tuple[str, str], Entry] = {}
+        self.others: list[tuple[dict[str, Any], Entry]] = []
         text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
         lines, cut = text.splitlines(), False
         for number, line in enumerate(lines, 1):
@@ -95,7 +95,7 @@ class Journal:
         print(f"search: warning: {self.path}, line {number} was cut short (the search was stopped while writing "
               f"it); set aside in {aside}, and its run is made again", flush=True)
 
-    def unfounded(self, run: Run, checks: Problem) -> str | None:
+    def unfounded(self, run: Entry, checks: Problem) -> str | None:
         """Why this context's run cannot be one the search made, or None: checked by the knob rules, and against
         the runs before it."""
         if run.phase == "found":
@@ -119,7 +119,7 @@ class Journal:
             return f"a {run.phase} run of {base} that no screening run of it comes before"
         return None
 
-    def _unfounded_answer(self, run: Run, checks: Problem) -> str | None:
+    def _unfounded_answer(self, run: Entry, checks: Problem) -> str | None:
         """An answer (phase found) holds its knob values; it must be a combination the rules accept whose parity
         verdict passed before it."""
         why = _unknown_knobs(run.changes, searched_only=False)
@@ -135,14 +135,14 @@ class Journal:
             return f"the answer {run.name} without a passed parity verdict of it before it"
         return None
 
-    def get(self, phase: str, name: str) -> Run | None:
+    def get(self, phase: str, name: str) -> Entry | None:
         return self.runs.get((phase, name))
 
-    def screened(self, name: str) -> Run | None:
+    def screened(self, name: str) -> Entry | None:
         """The candidate's screening run from any screening phase (the same measurement)."""
         return next((run for phase in SCREENING if (run := self.get(phase, name)) is not None), None)
 
-    def add(self, run: Run) -> Run:
+    def add(self, run: Entry) -> Entry:
         with self.path.open("a") as f:
             f.write(json.dumps({"context": self.context, **asdict(run)}) + "\n")
             f.flush()
@@ -164,7 +164,7 @@ class Journal:
                 and ctx.get("model") != self.context.get("model")]
 
 
-def _parsed(line: str) -> tuple[dict[str, Any], Run]:
+def _parsed(line: str) -> tuple[dict[str, Any], Entry]:
     """A journal line's context and run; ValueError saying what is wrong with it."""
     try:
         entry = json.loads(line)
@@ -174,7 +174,7 @@ def _parsed(line: str) -> tuple[dict[str, Any], Run]:
         raise ValueError("not a journal line (no context)")
     ctx = entry.pop("context")
     try:
-        run = Run(**entry)
+        run = Entry(**entry)
     except TypeError:
         raise ValueError(f"not a journal line (its fields are {', '.join(sorted(entry))})") from None
     phases = (*SCREENING, *AFTER_SCREENING, PRECOMPILE)

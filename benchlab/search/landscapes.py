@@ -31,7 +31,7 @@ from typing import Any
 
 from benchlab.core.knobs import RunSettings
 from benchlab.core.skips import DeviceFacts
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from benchlab.search.moves import Candidate, Change, rules_for, space
 
 RECIPE = RunSettings(precision="bf16", attention="sdpa", compile=True, optimizer="adamw_fused")
@@ -158,25 +158,25 @@ class Machine:
             raise Killed(f"{kind}:{cand.name}")
         self.calls.append(f"{kind}:{cand.name}")
 
-    def screen(self, cand: Candidate, settings: RunSettings) -> Run:
+    def screen(self, cand: Candidate, settings: RunSettings) -> Entry:
         self._call("screen", cand)
         assert RULES(settings) is None, f"the search ran {cand.name}, which the rules refuse"
         tps, mem = self.landscape.measured(dict(cand.changes), "screen")
         extra = {"timed_s": self.timed_s, **({"tps_spread": self.landscape.noise} if self.landscape.noise else {})}
-        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.screen_s, extra=extra)
+        return Entry(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.screen_s, extra=extra)
 
-    def repeat(self, cand: Candidate, settings: RunSettings) -> Run:
+    def repeat(self, cand: Candidate, settings: RunSettings) -> Entry:
         self._call("repeat", cand)
         tps, mem = self.landscape.measured(dict(cand.changes), f"repeat {len(self.calls)}")
-        return Run(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.repeat_s)
+        return Entry(cand.name, {}, "", "ok", tokens_per_sec=tps, peak_mem_mb=mem, wall_s=self.repeat_s)
 
-    def judge(self, cand: Candidate, settings: RunSettings) -> Run:
+    def judge(self, cand: Candidate, settings: RunSettings) -> Entry:
         self._call("judge", cand)
         passed = cand.name not in self.fails_parity
-        return Run(cand.name, {}, "", "ok", passed=passed, wall_s=self.judge_s,
+        return Entry(cand.name, {}, "", "ok", passed=passed, wall_s=self.judge_s,
                    message="learns the same" if passed else "0.3 nats worse")
 
-    def prepare(self, batch: list[tuple[Candidate, RunSettings]]) -> Run | None:
+    def prepare(self, batch: list[tuple[Candidate, RunSettings]]) -> Entry | None:
         return None
 
     def of(self, kind: str) -> list[str]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchlab.core.knobs import RunSettings
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from benchlab.search.moves import knob_values
 
 GOALS = ("fastest", "lean")
@@ -40,10 +40,10 @@ class Outcome:
 
     status: str
     message: str = ""
-    start: Run | None = None  # the start's figures as the answers are compared with them (its fresh-process median)
+    start: Entry | None = None  # the start's figures as the answers are compared with them (its fresh-process median)
     answers: dict[str, Answer] = field(default_factory=dict)  # by goal
-    paths: dict[str, list[Run]] = field(default_factory=dict)  # each goal's path of kept changes, from its base
-    front: list[Run] = field(default_factory=list)  # the measured front, fastest first
+    paths: dict[str, list[Entry]] = field(default_factory=dict)  # each goal's path of kept changes, from its base
+    front: list[Entry] = field(default_factory=list)  # the measured front, fastest first
 
     def answer(self, goal: str) -> Answer:
         """The goal's answer; none (with the search's message) where the search stopped before it."""

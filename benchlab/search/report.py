@@ -20,12 +20,12 @@ from benchlab.core.params import Params
 from benchlab.run.env import environment
 
 from benchlab.search.budget import Limits
-from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Entry
 from benchlab.search.outcome import GOALS, Outcome
 
 # What the stage writes beside the journal, in its out_dir.
 OUTPUTS = ("candidates.csv", "front.csv", "found.yaml", "report.md", "front.png")
-# Where a run's wall time went (runs.breakdown fills `Run.extra` with these, in seconds).
+# Where a run's wall time went (runs.breakdown fills `Entry.extra` with these, in seconds).
 BREAKDOWN = ("startup_s", "build_s", "apply_s", "warmup_s", "timed_s", "eval_s")
 # inductor's FX graph cache during a screening run: graphs loaded from it, graphs compiled.
 CACHE = ("compile_hits", "compile_misses")
@@ -38,7 +38,7 @@ def _cell(value: Any) -> Any:
     return "" if value is None else f"{value:.4g}" if isinstance(value, float) else value
 
 
-def _ratio(run: Run, start_tps: float | None) -> float | None:
+def _ratio(run: Entry, start_tps: float | None) -> float | None:
     return run.tokens_per_sec / start_tps if run.tokens_per_sec is not None and start_tps else None
 
 

@@ -27,11 +27,11 @@ from benchlab.run.build_model import model_shape
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.env import environment, source_sha256
 from benchlab.run.hardware import resolve_device
-from benchlab.run.results import base_record, measured_record
-from benchlab.run.runner import RunRecord
+from benchlab.run.records import base_record, measured_record
+from benchlab.run.runner import Measurement
 from benchlab.search import moves, worker
 from benchlab.search.budget import Limits
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from benchlab.search.worker import NAME, Worker, start_of, with_candidate
 
 
@@ -84,7 +84,7 @@ def spread(record: dict[str, Any]) -> float | None:
     return (p90 - p10) / (2 * median) if p10 is not None and p90 is not None and median else None
 
 
-def breakdown(rec: RunRecord, wall_s: float) -> dict[str, float | None]:
+def breakdown(rec: Measurement, wall_s: float) -> dict[str, float | None]:
     """Where a run's wall time went, for the candidates file (report.BREAKDOWN)."""
     timed = rec.window_wall_ms / 1000 if rec.window_wall_ms is not None else None
     return {"startup_s": rec.startup_s, "build_s": rec.init_s, "apply_s": rec.apply_s, "warmup_s": rec.warmup_s,
@@ -103,12 +103,12 @@ class Runs:
         self.worker = Worker(data_dir)
         self.compiled: set[RunSettings] = set()  # what this search's processes have compiled ahead
 
-    def _run(self, cand: moves.Candidate, settings: RunSettings, rec: RunRecord, wall: float, what: str) -> Run:
+    def _run(self, cand: moves.Candidate, settings: RunSettings, rec: Measurement, wall: float, what: str) -> Entry:
         p = with_candidate(self.p, settings)
         base = base_record(NAME, p, settings, self.device.type, {}, {}, own=None)
         cfg, n_params = model_shape(p, settings, self.data.vocab_size)
         record = measured_record(base, [rec], cfg, n_params, p.harness.steady_tolerance)
-        run = Run(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
+        run = Entry(cand.name, {}, "", record["status"], tokens_per_sec=record.get("tokens_per_sec"),
                   peak_mem_mb=compared_memory(record), wall_s=wall,
                   message=record.get("message") or "", extra={**breakdown(rec, wall), "tps_spread": spread(record)})
         print(f"search: {what} {cand.name}: {run.status}" + (f", {run.tokens_per_sec:,.0f} tokens/s, "
@@ -116,7 +116,7 @@ class Runs:
               flush=True)
         return run
 
-    def screen(self, cand: moves.Candidate, settings: RunSettings) -> Run:
+    def screen(self, cand: moves.Candidate, settings: RunSettings) -> Entry:
         """A short run on the worker. On a CPU, in a fresh process instead: there the only memory figure is the
         process's lifetime peak, which a worker would carry from one candidate to the next."""
         if self.device.type != "cuda":
@@ -126,7 +126,7 @@ class Runs:
             rec = self.worker.screen(dict(cand.changes))
         return self._run(cand, settings, rec, time.perf_counter() - began, "screened")
 
-    def prepare(self, batch: list[tuple[moves.Candidate, RunSettings]]) -> Run | None:
+    def prepare(self, batch: list[tuple[moves.Candidate, RunSettings]]) -> Entry | None:
         """Compile the batch's candidates ahead, at once (worker.precompile), where screening compiles by blocks on a
         GPU and search.precompile_processes is not 0; each graph once. None where nothing was compiled."""
         scope, processes = self.p.search.screen_compile_scope, self.p.search.precompile_processes
@@ -142,10 +142,10 @@ class Runs:
         self.compiled |= set(todo)
         print(f"search: compiled ahead in {cost['wall_s']:.1f} s" + (f", {cost['precompile_failed']} failed (they "
               "compile when screened)" if cost["precompile_failed"] else ""), flush=True)
-        return Run("", {}, "", "ok", wall_s=cost.pop("wall_s"),
+        return Entry("", {}, "", "ok", wall_s=cost.pop("wall_s"),
                    extra={**cost, "candidates": [cand.name for cand in todo.values()]})
 
-    def repeat(self, cand: moves.Candidate, settings: RunSettings, steps: int | None = None) -> Run:
+    def repeat(self, cand: moves.Candidate, settings: RunSettings, steps: int | None = None) -> Entry:
         """One run in a fresh process: bench.steps, or `steps` (a CPU's screening run)."""
         began = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="benchlab-search-") as tmp:
@@ -159,7 +159,7 @@ class Runs:
         what = "repeated in a fresh process" if steps is None else "screened in a fresh process"
         return self._run(cand, settings, rec, time.perf_counter() - began, what)
 
-    def judge(self, cand: moves.Candidate, settings: RunSettings) -> Run:
+    def judge(self, cand: moves.Candidate, settings: RunSettings) -> Entry:
         began = time.perf_counter()
         p = with_candidate(self.p, settings)
         with locks.device_lock(self.device, p.harness.lock, f"search: parity of {cand.name}"):
@@ -168,5 +168,5 @@ class Runs:
         out = parity.variant_record(p, NAME, run, self.reference, parity.data_passes(p, NAME, self.data))
         wall = time.perf_counter() - began
         print(f"search: parity of {cand.name}: {out['verdict']} ({wall:.0f} s)", flush=True)
-        return Run(cand.name, {}, "", run.status, message=out["verdict"], passed=out["learns_same"], wall_s=wall,
+        return Entry(cand.name, {}, "", run.status, message=out["verdict"], passed=out["learns_same"], wall_s=wall,
                    extra={"gap_nats": out.get("gap_nats")})

@@ -33,7 +33,7 @@ from typing import Any
 
 from benchlab.core.errors import LabError
 from benchlab.core.knobs import RunSettings
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from benchlab.search.moves import Candidate, Rules, partner
 
 GLOBAL = "global"  # the journal's phase for the global phase's screening runs
@@ -59,7 +59,7 @@ class Sampler:
             warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
             sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True)
         self.study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
-        self.told: dict[str, Run] = {}
+        self.told: dict[str, Entry] = {}
         self.worst_mb = 1.0
         self.misses = 0
         self.rest: Iterator[Candidate] | None = None
@@ -72,7 +72,7 @@ class Sampler:
         settings = cand.settings(self.start)
         return {k: getattr(settings, k) for k in self.space}
 
-    def tell(self, runs: list[Run]) -> None:
+    def tell(self, runs: list[Entry]) -> None:
         """Every run not told yet, as a finished trial."""
         for run in runs:
             if run.name in self.told or run.phase == "found":
@@ -89,7 +89,7 @@ class Sampler:
                     params=self.values(cand), distributions=self.dists, values=[tps, mem],
                     constraints={"lean_floor": violation}))
 
-    def figures(self, run: Run) -> tuple[float, float, float]:
+    def figures(self, run: Entry) -> tuple[float, float, float]:
         """A run's objectives and its floor constraint (feasible at 0 or below); a run without figures is the worst
         point, infeasible."""
         if run.status != "ok" or not run.tokens_per_sec or not run.peak_mem_mb:

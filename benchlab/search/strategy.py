@@ -42,7 +42,7 @@ from benchlab.search import pareto
 from benchlab.search.budget import Budget, Limits, median_or_zero
 from benchlab.search.confirm import Confirmation
 from benchlab.search.explore import EXPLORE, Effects, Explorer, point
-from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Entry
 from benchlab.search.moves import (FINALIST_ONLY, Candidate, Problem, Warm, changes_from, knob_values, moves, partner,
                                    space)
 from benchlab.search.outcome import GOALS, Outcome
@@ -63,15 +63,15 @@ class Search(Confirmation):
         self.warm, self.log = warm or [], log
         self.prepared: set[str] = set()  # the candidates this process has compiled ahead
         self.held = tuple(FINALIST_ONLY) if limits.finalist_only else ()
-        self.paths: dict[str, list[Run]] = {}
-        self.tried: dict[str, list[Run]] = {}
+        self.paths: dict[str, list[Entry]] = {}
+        self.tried: dict[str, list[Entry]] = {}
         self.budget = Budget(journal, limits)
-        self.order: list[Run] = []  # the screening runs as this search met them: replayed the same on a resume
+        self.order: list[Entry] = []  # the screening runs as this search met them: replayed the same on a resume
         self.met: set[str] = set()
 
     # ---- one candidate ----
 
-    def screen(self, cand: Candidate, phase: str, start: Run | None, cost_s: float | None = None) -> Run | None:
+    def screen(self, cand: Candidate, phase: str, start: Entry | None, cost_s: float | None = None) -> Entry | None:
         """The candidate's screening run: from the journal (any screening phase), refused by the rules, or
         measured now. None when the budget (at `cost_s` for this run, or the median screening run's) is spent."""
         run = self.journal.screened(cand.name)
@@ -79,7 +79,7 @@ class Search(Confirmation):
             settings = cand.settings(self.start)
             reason = self.rules(settings)
             if reason:
-                run = self.journal.add(Run(cand.name, dict(cand.changes), phase, "refused", message=reason))
+                run = self.journal.add(Entry(cand.name, dict(cand.changes), phase, "refused", message=reason))
             elif (start is not None and not self.budget.can_screen(start, cost_s, phase == FINALIST)) or \
                     (start is None and self.journal.spent_s() >= self.limits.budget_s):
                 return None
@@ -91,11 +91,11 @@ class Search(Confirmation):
             self.order.append(run)
         return run
 
-    def record(self, run: Run, cand: Candidate, phase: str, key: str) -> Run:
+    def record(self, run: Entry, cand: Candidate, phase: str, key: str) -> Entry:
         """A run just made, journaled under its phase and key (a repeat's key numbers it)."""
         return self.journal.add(replace(run, name=key, changes=dict(cand.changes), phase=phase))
 
-    def prepare(self, cands: list[Candidate], start: Run | None) -> None:
+    def prepare(self, cands: list[Candidate], start: Entry | None) -> None:
         """Compile ahead, at once, the candidates about to be screened (each refused one as its partner), but those
         screened already and those beyond the runs the budget has left; journaled as a precompile entry."""
         todo: dict[str, Candidate] = {}
@@ -112,7 +112,7 @@ class Search(Confirmation):
             number = 1 + sum(1 for phase, _ in self.journal.runs if phase == PRECOMPILE)
             self.record(run, Candidate(), PRECOMPILE, f"batch {number}")
 
-    def screen_or_partner(self, cand: Candidate, phase: str, start: Run) -> list[Run]:
+    def screen_or_partner(self, cand: Candidate, phase: str, start: Entry) -> list[Entry]:
         """Screen a move; a refused one is retried with the partner its refusal names."""
         run = self.screen(cand, phase, start)
         if run is None:
@@ -150,7 +150,7 @@ class Search(Confirmation):
         for goal, answer in answers.items():
             if answer.found and self.journal.get("found", goal) is None:
                 settings = answer.settings(self.start)
-                self.journal.add(Run(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
+                self.journal.add(Entry(goal, knob_values(settings), "found", "ok"))  # a warm start for other sizes
         return Outcome("ok", start=confirmed, answers=answers, paths=self.paths, front=self.front(confirmed))
 
     def tie(self) -> float:
@@ -158,7 +158,7 @@ class Search(Confirmation):
         speeds closer than this are ties on the front."""
         return median_or_zero([float(r.extra["tps_spread"]) for r in self.order if r.extra.get("tps_spread")])
 
-    def front(self, start: Run) -> list[Run]:
+    def front(self, start: Entry) -> list[Entry]:
         """The measured candidates no other beats on both tokens/s and peak memory (ties within the spread both
         kept), fastest first; each point is judged for parity while the budget has room for a verdict, and one
         that fails leaves the front."""
@@ -172,12 +172,12 @@ class Search(Confirmation):
                 return points
             self.verdict(Candidate(tuple(unjudged[0].changes.items())))
 
-    def around(self, goal: str, start: Run, warm: list[Run]) -> list[Run]:
+    def around(self, goal: str, start: Entry, warm: list[Entry]) -> list[Entry]:
         """Moves around the goal's best warm point, then the greedy combination; the best runs, ranked."""
         points = [r for r in warm if self.eligible(goal, r, start)]
         base = max(points, key=lambda r: self.score(goal, r)) if points else start
         base_cand = Candidate(tuple(base.changes.items()))
-        tried: list[Run] = []
+        tried: list[Entry] = []
         goal_moves = moves(base_cand, self.start, goal, self.batch, self.held)
         self.prepare(goal_moves, start)
         for cand in goal_moves:
@@ -201,7 +201,7 @@ class Search(Confirmation):
         self.tried[goal] = tried
         return self.finalists(goal, start, [*points, *tried])
 
-    def leaner(self, start: Run) -> list[Run]:
+    def leaner(self, start: Entry) -> list[Entry]:
         """Fastest's answer made leaner: each one-knob move that cut memory around lean's base, most first, added to
         the end of fastest's path and kept where it stays at lean's floor and cuts memory again. A move too slow on
         its own (checkpointing alone below the floor) can pay its way on a faster base; the points between the
@@ -231,19 +231,19 @@ class Search(Confirmation):
         self.paths["fastest, made leaner"] = [fastest] + [r for r in out if r is current or r.name == current.name][:1]
         return out
 
-    def explore(self, start: Run) -> list[Run]:
+    def explore(self, start: Entry) -> list[Entry]:
         """The exploration of the front, from the screening runs met so far (the same on a resumed search: its own
         runs come from the journal as it asks for them again, in the order it first made them)."""
         return Explorer(list(self.order), lambda cand: self.screen(cand, EXPLORE, start), self.start, self.rules,
                         self.batch, self.floor_tps(start), self.log, self.tie(), self.held,
                         lambda cands: self.prepare(cands, start)).run()
 
-    def sample(self, start: Run) -> list[Run]:
+    def sample(self, start: Entry) -> list[Entry]:
         """The global phase (sampler.py) while the budget lasts: each proposal screened; one that joins the front
         starts another exploration around it. Ends when the budget does, or when every configuration the rules
         allow has been measured."""
         sampler = Sampler(space(self.batch, self.held), self.start, self.rules, self.floor_tps(start), self.limits.seed)
-        out: list[Run] = []
+        out: list[Entry] = []
         self.log("search: global phase: Optuna's TPE, seeded with the "
                  f"{sum(1 for r in self.order if r.status != 'refused')} runs so far")
         while True:
@@ -259,12 +259,12 @@ class Search(Confirmation):
             if run in pareto.front(self.order, point, self.floor_tps(start), self.tie()):
                 out += self.explore(start)
 
-    def finalist_values(self, start: Run, ranked: dict[str, list[Run]]) -> list[Run]:
+    def finalist_values(self, start: Entry, ranked: dict[str, list[Entry]]) -> list[Entry]:
         """moves.FINALIST_ONLY's values (CUDA graphs, max-autotune), each tried on the fastest finalist where its
         cost (a multiple of a fresh whole-model run's) fits the budget: screened there alone, never on every
         candidate."""
         top = ranked["fastest"][:1]
-        out: list[Run] = []
+        out: list[Entry] = []
         for (knob, value), factor in (FINALIST_ONLY.items() if self.held and top else ()):
             cand = Candidate(tuple(top[0].changes.items())).plus((knob, value))
             if cand.name == top[0].name or self.rules(cand.settings(self.start)) is not None:
@@ -276,15 +276,15 @@ class Search(Confirmation):
                          f"the finalist without it" if run.status == "ok" else run.status))
         return out
 
-    def floor_tps(self, start: Run) -> float:
+    def floor_tps(self, start: Entry) -> float:
         return self.limits.lean_floor * float(start.tokens_per_sec or 0)
 
-    def finalists(self, goal: str, start: Run, runs: list[Run]) -> list[Run]:
+    def finalists(self, goal: str, start: Entry, runs: list[Entry]) -> list[Entry]:
         """The goal's best `confirm` runs, each once."""
         pool = {r.name: r for r in runs if self.eligible(goal, r, start)}
         return sorted(pool.values(), key=lambda r: self.score(goal, r), reverse=True)[: self.limits.confirm]
 
-    def eligible(self, goal: str, run: Run, start: Run) -> bool:
+    def eligible(self, goal: str, run: Entry, start: Entry) -> bool:
         if run.status != "ok" or run.tokens_per_sec is None:
             return False
         if goal == "lean":
@@ -292,7 +292,7 @@ class Search(Confirmation):
                 run.tokens_per_sec >= self.limits.lean_floor * float(start.tokens_per_sec or 0)
         return True
 
-    def score(self, goal: str, run: Run) -> tuple[float, float]:
+    def score(self, goal: str, run: Entry) -> tuple[float, float]:
         """Larger is better: tokens/s for fastest, then less memory; less peak memory for lean, then tokens/s."""
         tps, mem = float(run.tokens_per_sec or 0), -float(run.peak_mem_mb or 0)
         return (tps, mem) if goal == "fastest" else (mem, tps)

@@ -43,7 +43,7 @@ from benchlab.run import launch
 from benchlab.run.data import TokenData, load_tokens
 from benchlab.run.hardware import device_facts, resolve_device
 from benchlab.run.harness import process_age_s
-from benchlab.run.runner import RunRecord, release, train_once
+from benchlab.run.runner import Measurement, release, train_once
 from benchlab.search import moves
 
 NAME = "candidate"
@@ -114,7 +114,7 @@ def serve(p: Params, data_dir: str) -> None:
         replies.flush()
 
 
-def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> RunRecord:
+def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> Measurement:
     """One screening run in the worker; a candidate the rules or the run refuse is its record, not the worker's end."""
     try:
         settings = screening_settings(read_candidate(p, line, "the screening worker"), p.search.screen_compile_scope)
@@ -122,7 +122,7 @@ def screen_one(p: Params, line: str, data: TokenData, device: torch.device) -> R
         return counted(lambda: train_once(with_candidate(p, settings), settings, data, device, steps,
                                           p.harness.warmup_steps, keep_going=True))
     except LabError as err:
-        return RunRecord(status="error", message=str(err))
+        return Measurement(status="error", message=str(err))
     finally:
         torch._dynamo.reset()  # the next candidate compiles its own graphs (from the cache where it can)
         release(device)
@@ -143,7 +143,7 @@ class Worker:
         self.data_dir = data_dir
         self.proc: subprocess.Popen | None = None
 
-    def screen(self, changes: dict[str, Any]) -> RunRecord:
+    def screen(self, changes: dict[str, Any]) -> Measurement:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen([sys.executable, "-m", "stages.search_worker", self.data_dir, "--worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -157,12 +157,12 @@ class Worker:
         except BrokenPipeError:
             reply = ""
         if reply:
-            return RunRecord.from_json(reply)
+            return Measurement.from_json(reply)
         code = self.proc.wait()
         self.proc = None
         if code in (2, 130, 143) or parent_watch.signalled():  # the user's error or a stop: the search cannot go on
             raise LabError(f"the screening worker stopped (exit {code}); nothing more screened")
-        return RunRecord(status="error", message=f"the screening worker died (exit {code}) on this candidate")
+        return Measurement(status="error", message=f"the screening worker died (exit {code}) on this candidate")
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -175,12 +175,12 @@ class Worker:
         self.proc = None
 
 
-def counted(run: Any) -> RunRecord:
+def counted(run: Any) -> Measurement:
     """`run()`'s record with inductor's FX graph cache hits and misses during it."""
     from torch._dynamo.utils import counters
 
     counters["inductor"].clear()
-    rec: RunRecord = run()
+    rec: Measurement = run()
     rec.compile_hits = int(counters["inductor"]["fxgraph_cache_hit"])
     rec.compile_misses = int(counters["inductor"]["fxgraph_cache_miss"])
     return rec

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.search.journal import Run
+from benchlab.search.journal import Entry
 from tests.conftest import ROOT
 
 
@@ -32,7 +32,7 @@ def test_the_search_stage_refuses_a_forged_journal_naming_it(workdir: Path) -> N
     forged = {"fused_clip": True}  # refused with optimizer=adamw: the clipping scale needs fused AdamW
     (workdir / "out").mkdir()
     (workdir / "out" / "journal.jsonl").write_text(
-        json.dumps({"context": json.loads(context), **asdict(Run("fused_clip=true", forged, "warm", "ok",
+        json.dumps({"context": json.loads(context), **asdict(Entry("fused_clip=true", forged, "warm", "ok",
                                                                   tokens_per_sec=1e6, peak_mem_mb=1.0))}) + "\n")
     proc = run("stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
     last = proc.stderr.strip().splitlines()[-1]

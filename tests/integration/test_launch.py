@@ -11,16 +11,16 @@ import pytest
 
 from benchlab.core.params import parse_params
 from benchlab.run import launch
-from benchlab.run.runner import RunRecord
+from benchlab.run.runner import Measurement
 from tests.conftest import ROOT, micro_params
 
 
 def probe_repeats(set_attr: Callable, set_env: Callable) -> None:
     """Two repeats of 0.5 s that write to the shared stdout themselves, under a deadline a third would pass."""
-    def repeat(args: list[str], **kwargs: object) -> RunRecord:
+    def repeat(args: list[str], **kwargs: object) -> Measurement:
         os.write(1, b"child\n")
         time.sleep(0.5)
-        return RunRecord(status="ok")
+        return Measurement(status="ok")
 
     set_attr(launch, "repeat_in_fresh_process", repeat)
     p = parse_params(micro_params(bench__repeats=3))

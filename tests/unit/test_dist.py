@@ -16,7 +16,7 @@ import torch
 from benchlab.core.errors import LabError
 from benchlab.core.params import parse_params
 from benchlab.run import dist, launch
-from benchlab.run.runner import RunRecord
+from benchlab.run.runner import Measurement
 from stages import profile
 from tests.conftest import micro_params
 
@@ -70,7 +70,7 @@ def _one_repeat_as(ranks, rank: int, world: int, local: int, to: Path, monkeypat
     ranks(rank, world, local)
     monkeypatch.setattr(dist, "init", lambda device, max_ctas=0: device)
     monkeypatch.setattr(launch, "load_tokens", lambda data_dir: None)
-    monkeypatch.setattr(launch, "train_variant", lambda *a, **k: RunRecord(status="ok", losses=[2.0], step_ms=[5.0]))
+    monkeypatch.setattr(launch, "train_variant", lambda *a, **k: Measurement(status="ok", losses=[2.0], step_ms=[5.0]))
     launch.one_repeat(parse_params(micro_params()), "fp32_baseline", "prep", to)
 
 
@@ -82,7 +82,7 @@ def test_a_repeat_s_record_is_written_by_each_node_s_first_rank_alone(ranks, tmp
     _one_repeat_as(ranks, rank, world, local, to, monkeypatch)
     assert to.exists() is writes
     if writes:
-        assert RunRecord.from_json(to.read_text()).losses == [2.0]
+        assert Measurement.from_json(to.read_text()).losses == [2.0]
 
 
 @pytest.mark.parametrize(("rank", "world", "local", "writes"), [(0, 2, 0, True), (1, 2, 1, False), (2, 4, 0, True)])
@@ -93,7 +93,7 @@ def test_a_profile_is_written_by_each_node_s_first_rank_alone(ranks, tmp_path: P
     monkeypatch.setattr(dist, "init", lambda device, max_ctas=0: device)
     monkeypatch.setattr(profile, "load_tokens", lambda data_dir: None)
     monkeypatch.setattr(profile.profiling, "profiler", lambda *a: contextlib.nullcontext(types.SimpleNamespace(step=None)))
-    monkeypatch.setattr(profile.launch, "train_variant", lambda *a, **k: RunRecord(status="ok"))
+    monkeypatch.setattr(profile.launch, "train_variant", lambda *a, **k: Measurement(status="ok"))
     monkeypatch.setattr(profile.profiling, "write_profile", lambda prof, out, name, *a: written.append(name))
     profile.trace(parse_params(micro_params()), "fp32_baseline", "prep", tmp_path)
     assert written == (["fp32_baseline"] if writes else [])

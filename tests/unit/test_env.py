@@ -9,7 +9,7 @@ import pytest
 
 from benchlab.core.knobs import RunSettings
 from benchlab.run import env
-from benchlab.run.results import base_record
+from benchlab.run.records import base_record
 from stages import env as stages_env
 
 LIBRARY_KEYS = ("torch", "triton", "torchao", "liger_kernel", "cut_cross_entropy", "nvidia_ml_py", "nccl")

@@ -18,8 +18,8 @@ from benchlab.core import locks, parent_watch, process_chain
 from benchlab.core.errors import LabError
 from benchlab.core.stage_main import run_main
 from benchlab.run.harness import Neighbours
-from benchlab.run.results import neighbours
-from benchlab.run.runner import RunRecord
+from benchlab.run.records import neighbours
+from benchlab.run.runner import Measurement
 from stages import bench
 from tests.conftest import ROOT
 
@@ -68,9 +68,9 @@ def test_a_busy_neighbour_is_seen_and_flagged() -> None:
         hog.wait()
     share = 100.0 / (os.cpu_count() or 1)  # one busy core, as a share of all of them
     assert facts["cpu_busy_others_pct"] > 0.5 * share, facts
-    flagged = neighbours([RunRecord(status="ok", neighbours=facts)])
+    flagged = neighbours([Measurement(status="ok", neighbours=facts)])
     assert flagged["interference_suspected"] is (facts["cpu_busy_others_pct"] > 20.0)
-    quiet = neighbours([RunRecord(status="ok", neighbours={**facts, "cpu_busy_others_pct": 1.0})])
+    quiet = neighbours([Measurement(status="ok", neighbours={**facts, "cpu_busy_others_pct": 1.0})])
     assert quiet["interference_suspected"] is False
 
 

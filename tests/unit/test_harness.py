@@ -10,8 +10,8 @@ from benchlab.core.params import RunSettings
 from benchlab.run import harness
 from benchlab.run.harness import StepClock
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
-from benchlab.run.results import TAIL_STEPS, measured_record, tail_loss
-from benchlab.run.runner import RunRecord
+from benchlab.run.records import TAIL_STEPS, measured_record, tail_loss
+from benchlab.run.runner import Measurement
 from model.gpt import GPT, GPTConfig
 
 
@@ -80,8 +80,8 @@ def test_cpu_clock_measures_wall_time() -> None:
     assert len(times) == 3 and all(0 < t < 1000 for t in times)
 
 
-def _record(step_ms: list[float], growth: float = 0.0, warmup: int = 2, wall_ms: float | None = None) -> RunRecord:
-    return RunRecord(status="ok", losses=[5.0] * len(step_ms), lrs=[1e-3] * len(step_ms), step_ms=step_ms,
+def _record(step_ms: list[float], growth: float = 0.0, warmup: int = 2, wall_ms: float | None = None) -> Measurement:
+    return Measurement(status="ok", losses=[5.0] * len(step_ms), lrs=[1e-3] * len(step_ms), step_ms=step_ms,
                      warmup_steps=warmup, warmup_s=1.0, first_step_ms=step_ms[0], window_wall_ms=wall_ms,
                      memory={"peak_mem_allocated_mb": 1000.0, "peak_mem_reserved_mb": 1100.0, "peak_rss_mb": None},
                      mem_growth_mb=growth, val_loss=4.0)
@@ -151,7 +151,7 @@ def test_unsteady_timing_and_memory_growth_are_flagged() -> None:
 
 def test_failed_repeat_fails_the_variant() -> None:
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
-    bad = RunRecord(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, math.nan])
+    bad = Measurement(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, math.nan])
     rec = measured_record({"tokens_per_step": 1, "block_size": 16}, [bad], cfg, 1, 0.05)
     assert rec["status"] == "diverged" and rec["diverged_step"] == 3 and "tokens_per_sec" not in rec
     assert RunSettings().precision == "fp32"

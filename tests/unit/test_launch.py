@@ -18,8 +18,8 @@ from benchlab.core.stage_main import run_main
 from benchlab.run import dist, launch
 from benchlab.run.data import load_tokens
 from benchlab.run.launch import combine_ranks, last_words, repeat_cost, repeat_in_fresh_process
-from benchlab.run.results import neighbours
-from benchlab.run.runner import RunRecord, rank_slice
+from benchlab.run.records import neighbours
+from benchlab.run.runner import Measurement, rank_slice
 from stages import bench, profile
 from tests.conftest import ROOT, micro_params
 from tests.unit.test_distributed import dist_workdir, write_params  # noqa: F401  (dist_workdir: a fixture)
@@ -27,18 +27,18 @@ from tests.unit.test_distributed import dist_workdir, write_params  # noqa: F401
 # --- repeats: their cost, their processes and the deadline -----------------------------------------------------
 
 def test_a_repeat_line_names_where_its_wall_time_went() -> None:
-    rec = RunRecord(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
+    rec = Measurement(status="ok", setup_s=9.04, warmup_s=2.5, window_wall_ms=3600.0, eval_s=0.44)
     assert repeat_cost(rec, 16.6) == ("16.6 s, start-up and build 9.0 s, warm-up and compile 2.5 s, timed 3.6 s, "
                                       "evaluation 0.4 s")
-    rec = RunRecord(status="ok", setup_s=9.04, startup_s=6.12, init_s=1.27, apply_s=1.65, warmup_s=2.5,
+    rec = Measurement(status="ok", setup_s=9.04, startup_s=6.12, init_s=1.27, apply_s=1.65, warmup_s=2.5,
                     window_wall_ms=3600.0, eval_s=0.44, exit_s=5.96)
     assert repeat_cost(rec, 22.6) == ("22.6 s, start-up and build 9.0 s (of which interpreter, imports and device "
                                       "6.1 s, the model's seeded init 1.3 s, the knobs applied 1.6 s), warm-up and "
                                       "compile 2.5 s, timed 3.6 s, evaluation 0.4 s, exit 6.0 s")
-    rec = RunRecord(status="ok", setup_s=2.0, init_s=0.5)  # in-process: no start-up of its own
+    rec = Measurement(status="ok", setup_s=2.0, init_s=0.5)  # in-process: no start-up of its own
     assert repeat_cost(rec, 2.5) == "2.5 s, start-up and build 2.0 s (of which the model's seeded init 0.5 s)"
-    assert repeat_cost(RunRecord(status="oom"), 3.0) == "3.0 s"
-    assert repeat_cost(RunRecord(status="ok", window_wall_ms=100_000.0), 120.0) == "120.0 s, timed 100.0 s"
+    assert repeat_cost(Measurement(status="oom"), 3.0) == "3.0 s"
+    assert repeat_cost(Measurement(status="ok", window_wall_ms=100_000.0), 120.0) == "120.0 s, timed 100.0 s"
 
 
 def test_a_repeat_process_s_exit_is_timed_by_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,10 +76,10 @@ def test_a_deadline_stops_repeats_that_would_end_past_it(seconds_left: float, ra
     # the deadline still runs (120 s left).
     clock, walls = FakeClock(), iter([60.0, 50.0, 50.0])
 
-    def repeat(argv: list[str], nproc: int = 1) -> RunRecord:
+    def repeat(argv: list[str], nproc: int = 1) -> Measurement:
         assert argv == REPEAT_MODE
         clock.now += next(walls)
-        return RunRecord(status="ok")
+        return Measurement(status="ok")
 
     monkeypatch.setattr(launch, "time", clock)
     monkeypatch.setattr(launch, "repeat_in_fresh_process", repeat)
@@ -116,7 +116,7 @@ def test_a_repeat_counts_its_process_start_up_in_setup(dist_workdir: Path, monke
     monkeypatch.setattr(launch, "process_age_s", lambda: 100.0)
     record = dist_workdir / "rec.json"
     run_main(bench.main, ["--variant", "fp32_baseline", "prep", "results", "steps", "--record-to", str(record)])
-    rec = RunRecord.from_json(record.read_text())
+    rec = Measurement.from_json(record.read_text())
     assert rec.status == "ok" and 100.0 < rec.setup_s < 160.0 and rec.eval_s is not None
     assert rec.startup_s == 100.0 and rec.exit_s is None  # the exit is the parent's to see
 
@@ -138,16 +138,16 @@ def test_a_repeat_process_ends_without_the_interpreter_s_teardown(dist_workdir: 
                            "--record-to", str(record)], cwd=dist_workdir, env=env, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    assert RunRecord.from_json(record.read_text()).status == "ok"
+    assert Measurement.from_json(record.read_text()).status == "ok"
     assert not mark.exists()
 
 
 def test_repeats_run_in_fresh_processes_and_each_prints_its_line(monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     clock, calls = FakeClock(), []
-    records = iter([RunRecord(status="ok", setup_s=2.0), RunRecord(status="ok")])
+    records = iter([Measurement(status="ok", setup_s=2.0), Measurement(status="ok")])
 
-    def repeat(*args: object, **kwargs: object) -> RunRecord:
+    def repeat(*args: object, **kwargs: object) -> Measurement:
         calls.append((args, kwargs))
         clock.now += 30.0
         return next(records)
@@ -175,7 +175,7 @@ def test_one_repeat_runs_in_the_stage_s_own_process(prepared: Path, monkeypatch:
     def train_variant(params, name, data, device, label, **kwargs):
         assert params is p
         calls.append((name, len(data.train), device.type, label, kwargs))
-        return RunRecord(status="oom", message="out of memory at batch size 4")
+        return Measurement(status="oom", message="out of memory at batch size 4")
 
     monkeypatch.setattr(launch, "train_variant", train_variant)
     monkeypatch.setattr(launch, "repeat_in_fresh_process", lambda *a, **k: pytest.fail("a fresh process"))
@@ -187,7 +187,7 @@ def test_one_repeat_runs_in_the_stage_s_own_process(prepared: Path, monkeypatch:
 
 
 def test_a_failed_repeat_ends_the_variant_s_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
-    outcomes = iter([RunRecord(status="ok"), RunRecord(status="error", message="crashed"), RunRecord(status="ok")])
+    outcomes = iter([Measurement(status="ok"), Measurement(status="error", message="crashed"), Measurement(status="ok")])
     monkeypatch.setattr(launch, "repeat_in_fresh_process", lambda *a, **k: next(outcomes))
     p = parse_params(micro_params(bench__repeats=3))
     assert [r.status for r in launch.run_repeats(p, "recipe", "d", REPEAT_MODE)] == ["ok", "error"]
@@ -196,7 +196,7 @@ def test_a_failed_repeat_ends_the_variant_s_repeats(monkeypatch: pytest.MonkeyPa
 def test_a_parallel_variant_runs_every_repeat_on_its_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     monkeypatch.setattr(launch, "repeat_in_fresh_process",
-                        lambda *a, **k: calls.append((a, k)) or RunRecord(status="ok"))
+                        lambda *a, **k: calls.append((a, k)) or Measurement(status="ok"))
     p = parse_params(micro_params(bench__repeats=1))
     name = next(n for n, s in p.variants.items() if s.parallel != "none")
     launch.run_repeats(p, name, "d", REPEAT_MODE)
@@ -205,7 +205,7 @@ def test_a_parallel_variant_runs_every_repeat_on_its_ranks(monkeypatch: pytest.M
 
 def test_a_variant_s_run_gets_bench_s_steps_and_the_progress_bar_on_rank_0(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    monkeypatch.setattr(launch, "train_once", lambda *a, **k: calls.append((a, k)) or RunRecord(status="ok"))
+    monkeypatch.setattr(launch, "train_once", lambda *a, **k: calls.append((a, k)) or Measurement(status="ok"))
     p = parse_params(micro_params(bench__steps=9, harness__warmup_steps=4))
     cpu, data, hook = torch.device("cpu"), object(), object()
     launch.train_variant(p, "tf32", data, cpu, "lbl")  # type: ignore[arg-type]
@@ -224,12 +224,12 @@ def test_a_repeat_process_adds_its_start_up_to_the_run_s_setup(dist_workdir: Pat
 
     def train_variant(params, name, data, device, label, **kwargs):
         calls.append((params is p, name, len(data.train), device.type, label, kwargs))
-        return RunRecord(status="ok", setup_s=1.5)
+        return Measurement(status="ok", setup_s=1.5)
 
     monkeypatch.setattr(launch, "train_variant", train_variant)
     monkeypatch.setattr(launch, "process_age_s", lambda: 100.0)
     launch.one_repeat(p, "fp32_baseline", "prep", dist_workdir / "rec.json")
-    rec = RunRecord.from_json((dist_workdir / "rec.json").read_text())
+    rec = Measurement.from_json((dist_workdir / "rec.json").read_text())
     assert (rec.setup_s, rec.startup_s) == (101.5, 100.0)
     assert calls == [(True, "fp32_baseline", len(load_tokens(dist_workdir / "prep").train), "cpu",
                       "bench@fp32_baseline", {"keep_going": True})]
@@ -241,18 +241,18 @@ def test_a_repeat_process_without_its_age_keeps_the_run_s_own_setup(dist_workdir
 
     def train_variant(p, name, data, device, label, **kwargs):
         calls.append((label, kwargs))
-        return RunRecord(status="ok", setup_s=1.5)
+        return Measurement(status="ok", setup_s=1.5)
 
     monkeypatch.setattr(launch, "train_variant", train_variant)
     monkeypatch.setattr(launch, "process_age_s", lambda: None)  # /proc unreadable
     launch.one_repeat(load_params(), "fp32_baseline", "prep", dist_workdir / "rec.json")
-    rec = RunRecord.from_json((dist_workdir / "rec.json").read_text())
+    rec = Measurement.from_json((dist_workdir / "rec.json").read_text())
     assert (rec.setup_s, rec.startup_s) == (1.5, None)
     assert calls == [("bench@fp32_baseline", {"keep_going": True})]
-    monkeypatch.setattr(launch, "train_variant", lambda *a, **k: RunRecord(status="oom"))  # no setup_s
+    monkeypatch.setattr(launch, "train_variant", lambda *a, **k: Measurement(status="oom"))  # no setup_s
     monkeypatch.setattr(launch, "process_age_s", lambda: 3.0)
     launch.one_repeat(load_params(), "fp32_baseline", "prep", dist_workdir / "rec.json")
-    rec = RunRecord.from_json((dist_workdir / "rec.json").read_text())
+    rec = Measurement.from_json((dist_workdir / "rec.json").read_text())
     assert (rec.setup_s, rec.startup_s) == (None, None)
 
 
@@ -355,18 +355,18 @@ def test_ranks_slice_one_global_batch_and_combine_by_the_slowest() -> None:
     x = torch.arange(8).view(4, 2)
     parts = [rank_slice((x, x + 1), r, 2)[0] for r in range(2)]
     assert torch.equal(torch.cat(parts), x)
-    a = RunRecord(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0)
-    b = RunRecord(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0)
+    a = Measurement(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0)
+    b = Measurement(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0)
     both = combine_ranks([a, b])
     assert both.step_ms == [10.0, 7.0] and both.losses == [3.0, 2.0] and both.world_size == 2
     assert both.memory["peak_rss_mb"] == 120.0 and both.rank_peak_mb == [100.0, 120.0]
 
 
 def test_ranks_combine_into_one_run() -> None:
-    a = RunRecord(status="ok", losses=[2.0], step_ms=[10.0, 5.0], warmup_s=1.0, window_wall_ms=None,
+    a = Measurement(status="ok", losses=[2.0], step_ms=[10.0, 5.0], warmup_s=1.0, window_wall_ms=None,
                   mem_growth_mb=3.0, val_loss=3.5, power_w=100.0, energy_j=10.0,
                   memory={"peak_mem_allocated_mb": 50.0, "peak_mem_reserved_mb": None, "peak_rss_mb": 900.0})
-    b = RunRecord(status="ok", losses=[4.0], step_ms=[8.0, 7.0], warmup_s=2.0, window_wall_ms=40.0,
+    b = Measurement(status="ok", losses=[4.0], step_ms=[8.0, 7.0], warmup_s=2.0, window_wall_ms=40.0,
                   mem_growth_mb=1.0, val_loss=9.9, power_w=120.0, energy_j=12.0,
                   memory={"peak_mem_allocated_mb": 70.0, "peak_mem_reserved_mb": None, "peak_rss_mb": 800.0})
     both = combine_ranks([a, b])
@@ -375,42 +375,42 @@ def test_ranks_combine_into_one_run() -> None:
     assert both.memory == {"peak_mem_allocated_mb": 70.0, "peak_mem_reserved_mb": None, "peak_rss_mb": 900.0}
     assert both.rank_peak_mb == [50.0, 70.0]  # allocated where measured, else the process's RSS
     assert (both.power_w, both.energy_j, both.power_note) == (220.0, 22.0, "")
-    unread = RunRecord(status="ok", power_note="NVML is not installed")
+    unread = Measurement(status="ok", power_note="NVML is not installed")
     assert combine_ranks([a, unread]).power_note == "NVML is not installed"
-    none = combine_ranks([RunRecord(status="ok"), RunRecord(status="ok", power_w=5.0, energy_j=1.0)])
+    none = combine_ranks([Measurement(status="ok"), Measurement(status="ok", power_w=5.0, energy_j=1.0)])
     assert none.rank_peak_mb == [0.0, 0.0] and none.first_step_ms is None and none.warmup_s is None
     assert none.power_w is None and none.energy_j is None and none.power_note == "a rank's board power was not read"
-    alive = RunRecord(status="ok", run=object())  # type: ignore[arg-type]
+    alive = Measurement(status="ok", run=object())  # type: ignore[arg-type]
     assert combine_ranks([alive]).run is None  # a rank's live model is never merged
-    broken = RunRecord(status="oom", message="rank 1 ran out")
-    assert combine_ranks([a, broken, RunRecord(status="error")]) is broken
+    broken = Measurement(status="oom", message="rank 1 ran out")
+    assert combine_ranks([a, broken, Measurement(status="error")]) is broken
 
 
 def test_a_rank_without_neighbour_facts_leaves_them_unmerged() -> None:
     facts = {"pid": 100, "other_gpu_processes": None, "cpu_busy_pct": 50.0, "cpu_busy_ours_pct": 40.0,
              "cpu_busy_others_pct": 10.0}
-    assert combine_ranks([RunRecord(status="ok", neighbours=facts), RunRecord(status="ok")]).neighbours == facts
-    assert combine_ranks([RunRecord(status="ok"), RunRecord(status="ok", neighbours=facts)]).neighbours == {}
+    assert combine_ranks([Measurement(status="ok", neighbours=facts), Measurement(status="ok")]).neighbours == facts
+    assert combine_ranks([Measurement(status="ok"), Measurement(status="ok", neighbours=facts)]).neighbours == {}
     other = {**facts, "pid": 101, "cpu_busy_pct": 60.0, "cpu_busy_others_pct": 30.0}
-    merged = combine_ranks([RunRecord(status="ok", neighbours=facts), RunRecord(status="ok", neighbours=other)])
+    merged = combine_ranks([Measurement(status="ok", neighbours=facts), Measurement(status="ok", neighbours=other)])
     assert merged.neighbours == {"pid": 100, "other_gpu_processes": None, "cpu_busy_pct": 60.0,
                                  "cpu_busy_ours_pct": 80.0, "cpu_busy_others_pct": 0.0}
 
 
 def test_a_jobs_own_ranks_are_not_its_neighbours() -> None:
     """Seen on two H200s: each rank listed its partner as another GPU process and flagged the job."""
-    def rank(pid: int, seen: list[int], ours: float, others: float) -> RunRecord:
+    def rank(pid: int, seen: list[int], ours: float, others: float) -> Measurement:
         facts = {"pid": pid, "other_gpu_processes": seen, "cpu_busy_pct": ours + others,
                  "cpu_busy_ours_pct": ours, "cpu_busy_others_pct": others}
-        return RunRecord(status="ok", step_ms=[1.0], losses=[2.0], neighbours=facts)
+        return Measurement(status="ok", step_ms=[1.0], losses=[2.0], neighbours=facts)
 
     alone = combine_ranks([rank(100, [101], 3.0, 3.5), rank(101, [100], 3.0, 4.0)]).neighbours
     assert alone["other_gpu_processes"] == [] and alone["cpu_busy_ours_pct"] == 6.0
     assert alone["cpu_busy_others_pct"] == pytest.approx(1.0)  # rank 1's 4.0 less rank 0's 3.0
-    assert neighbours([RunRecord(status="ok", neighbours=alone)])["interference_suspected"] is False
+    assert neighbours([Measurement(status="ok", neighbours=alone)])["interference_suspected"] is False
     crowded = combine_ranks([rank(100, [101, 555], 3.0, 30.0), rank(101, [100], 3.0, 3.0)]).neighbours
     assert crowded["other_gpu_processes"] == [555] and crowded["cpu_busy_others_pct"] == pytest.approx(27.0)
-    assert neighbours([RunRecord(status="ok", neighbours=crowded)])["interference_suspected"] is True
+    assert neighbours([Measurement(status="ok", neighbours=crowded)])["interference_suspected"] is True
 
 
 def test_torchrun_failure_summary_names_the_rank() -> None:

@@ -6,8 +6,8 @@ import torch
 from benchlab.core.errors import LabError
 from benchlab.core.params import RunSettings, parse_params
 from benchlab.run import harness, runner
-from benchlab.run.results import base_record, measured_record
-from benchlab.run.runner import RunRecord, oom_message, train_once
+from benchlab.run.records import base_record, measured_record
+from benchlab.run.runner import Measurement, oom_message, train_once
 from model.gpt import GPTConfig
 from tests.conftest import micro_params
 
@@ -103,11 +103,11 @@ def test_the_cap_is_in_every_record_and_an_oom_keeps_its_memory() -> None:
     p = parse_params(micro_params(harness__memory_cap_gib=24))
     base = base_record("fp32_baseline", p, RunSettings(), "cuda", {}, {})
     assert base["memory_cap_gib"] == 24 and base["params.harness.memory_cap_gib"] == 24
-    oom = RunRecord(status="oom", message="out of memory ...", memory={"peak_mem_allocated_mb": 23_900.0,
+    oom = Measurement(status="oom", message="out of memory ...", memory={"peak_mem_allocated_mb": 23_900.0,
                                                                         "peak_mem_reserved_mb": 24_300.0})
     rec = measured_record(base, [oom], GPTConfig.from_name("tiny", vocab_size=512), 1000, 0.05)
     assert (rec["status"], rec["peak_mem_allocated_mb"], rec["peak_mem_reserved_mb"]) == ("oom", 23_900.0, 24_300.0)
-    errored = measured_record(base, [RunRecord(status="error", message="x", memory={"peak_mem_allocated_mb": 5.0})],
+    errored = measured_record(base, [Measurement(status="error", message="x", memory={"peak_mem_allocated_mb": 5.0})],
                               GPTConfig.from_name("tiny", vocab_size=512), 1000, 0.05)
     assert "peak_mem_allocated_mb" not in errored
 

@@ -16,8 +16,8 @@ from benchlab.core.params import RunSettings
 from benchlab.run import harness, nvml_board, power
 from benchlab.run.launch import combine_ranks
 from benchlab.run.power import EnergyMeter, PowerReading
-from benchlab.run.results import measured_record
-from benchlab.run.runner import RunRecord, train_once
+from benchlab.run.records import measured_record
+from benchlab.run.runner import Measurement, train_once
 from model.gpt import GPTConfig
 
 GPU = torch.device("cuda", 0)
@@ -184,8 +184,8 @@ def test_nvml_handle_by_pci_address_else_by_index_only_where_the_numbering_agree
 
 
 def test_ranks_energies_and_powers_add_up_and_one_unread_rank_voids_them() -> None:
-    def rank(power_w: float | None, energy_j: float | None, note: str = "") -> RunRecord:
-        return RunRecord(status="ok", step_ms=[5.0, 5.0, 5.0], losses=[3.0, 2.0, 1.0], warmup_steps=1,
+    def rank(power_w: float | None, energy_j: float | None, note: str = "") -> Measurement:
+        return Measurement(status="ok", step_ms=[5.0, 5.0, 5.0], losses=[3.0, 2.0, 1.0], warmup_steps=1,
                          power_w=power_w, energy_j=energy_j, power_note=note)
 
     both = combine_ranks([rank(300.0, 30.0), rank(310.0, 31.0)])
@@ -194,8 +194,8 @@ def test_ranks_energies_and_powers_add_up_and_one_unread_rank_voids_them() -> No
     assert (one.power_w, one.energy_j, one.power_note) == (None, None, "the driver reports no power for NVIDIA H200")
 
 
-def _repeat(timed_ms: list[float], power_w: float | None, energy_j: float | None, note: str = "") -> RunRecord:
-    return RunRecord(status="ok", step_ms=[50.0, *timed_ms], losses=[3.0] * (1 + len(timed_ms)), warmup_steps=1,
+def _repeat(timed_ms: list[float], power_w: float | None, energy_j: float | None, note: str = "") -> Measurement:
+    return Measurement(status="ok", step_ms=[50.0, *timed_ms], losses=[3.0] * (1 + len(timed_ms)), warmup_steps=1,
                      window_wall_ms=sum(timed_ms), val_loss=3.0, power_w=power_w, energy_j=energy_j, power_note=note)
 
 

@@ -45,7 +45,7 @@ def test_a_cuda_graph_row_is_compared_by_its_reserved_peak() -> None:
 
 
 def test_a_run_memory_dict_has_no_comparable_flag_and_reads_as_comparable() -> None:
-    assert Memory.of({"peak_mem_allocated_mb": 7.0}).compared() == 7.0  # a RunRecord's memory: harness.peaks' keys
+    assert Memory.of({"peak_mem_allocated_mb": 7.0}).compared() == 7.0  # a Measurement's memory: harness.peaks' keys
     assert Memory.of({}).compared() is None
 
 

@@ -16,7 +16,7 @@ from benchlab.core.params import Params, RunSettings
 from benchlab.run import harness, power, runner
 from benchlab.run.apply_knobs import apply
 from benchlab.run.data import BatchStream
-from benchlab.run.runner import RunRecord, train_once
+from benchlab.run.runner import Measurement, train_once
 from benchlab.run.schedule import lr_at
 from benchlab.run.step import Diverged, LossReader, rank_slice, skipped_steps, to_device, train_step
 from model.gpt import GPT, GPTConfig
@@ -132,7 +132,7 @@ def test_the_trained_model_is_kept_only_when_asked(params: Params, tokens) -> No
     assert kept.run is not None and isinstance(kept.run.model, torch.nn.Module)
     assert train_once(params, RunSettings(), tokens, CPU, steps=3, warmup=1).run is None
     assert "run" not in json.loads(kept.to_json())  # never serialized
-    assert RunRecord.from_json(kept.to_json()).losses == kept.losses
+    assert Measurement.from_json(kept.to_json()).losses == kept.losses
 
 
 def test_a_library_error_is_the_variant_s_result_only_where_the_matrix_goes_on(

@@ -17,7 +17,7 @@ from benchlab.core.params import parse_params
 from benchlab.search import report
 from benchlab.search.explore import EXPLORE, Effects, Explorer, around
 from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine, family
-from benchlab.search.journal import SCREENING, Journal, Run
+from benchlab.search.journal import SCREENING, Journal, Entry
 from benchlab.search.moves import (Candidate, Change, Problem, Warm, changes_from, knob_values, moves, partner, space)
 from benchlab.search.pareto import area, front
 from benchlab.search.sampler import GLOBAL, Sampler
@@ -207,7 +207,7 @@ def test_a_stale_answer_from_another_device_or_software_is_not_used(tmp_path: Pa
              ({**here, "torch": "2.9.0"}, stale, "lean"), ({**here, "memory_cap_gib": 24}, stale, "lean"),
              (CONTEXT, stale, "fastest")]  # this size's own answer from another code is not "elsewhere" either
     path.write_text("".join(json.dumps({"context": {**ctx, "source_sha256": "old"} if ctx is CONTEXT else ctx,
-                                        **asdict(Run(goal, values, "found", "ok"))}) + "\n"
+                                        **asdict(Entry(goal, values, "found", "ok"))}) + "\n"
                             for ctx, values, goal in lines))
     found = Journal(path, CONTEXT).found_elsewhere()
     assert found == [("fastest (gpt2_350m)", answer)]
@@ -241,7 +241,7 @@ def test_the_answers_are_journaled_as_found_once_and_are_params_yaml_variants(tm
 
 def test_a_start_that_does_not_run_stops_the_search(tmp_path: Path) -> None:
     machine = Machine()
-    machine.screen = lambda c, s: Run(c.name, {}, "", "oom", message="out of memory at 23.9 GiB")  # type: ignore
+    machine.screen = lambda c, s: Entry(c.name, {}, "", "oom", message="out of memory at 23.9 GiB")  # type: ignore
     result = searcher(tmp_path / "journal.jsonl", machine).run()
     assert result == Outcome("failed", "the start itself did not run (oom: out of memory at 23.9 GiB)")
     assert searcher(tmp_path / "other.jsonl", Machine(), budget_s=0).run() == Outcome(
@@ -260,12 +260,12 @@ def test_a_candidate_that_fails_parity_gives_way_to_the_next(tmp_path: Path) -> 
 
 # ---- the front ----
 
-def pareto(runs: list[Run]) -> list[Run]:
+def pareto(runs: list[Entry]) -> list[Entry]:
     return front(runs, run_point)
 
 
-def point(name: str, tps: float | None, mem: float | None) -> Run:
-    return Run(name, {}, "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
+def point(name: str, tps: float | None, mem: float | None) -> Entry:
+    return Entry(name, {}, "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
 
 
 def test_the_front_drops_dominated_points_and_keeps_the_first_of_a_tie() -> None:
@@ -383,8 +383,8 @@ def test_the_exploration_stops_after_a_pass_that_adds_no_front_point(tmp_path: P
     # a machine slower than predicted: each move screened falls short, the pass ends when none is predicted to help
     # any more, and no second pass follows
     before = [r for r in seen if r.phase != EXPLORE]
-    def worse(c: Candidate) -> Run:
-        return Run(c.name, dict(c.changes), EXPLORE, "ok", tokens_per_sec=50_000.0, peak_mem_mb=9_000.0)
+    def worse(c: Candidate) -> Entry:
+        return Entry(c.name, dict(c.changes), EXPLORE, "ok", tokens_per_sec=50_000.0, peak_mem_mb=9_000.0)
 
     log.clear()
     out = Explorer(before, worse, RECIPE, RULES, BATCH, 0.85 * START_TPS, log.append).run()
@@ -392,7 +392,7 @@ def test_the_exploration_stops_after_a_pass_that_adds_no_front_point(tmp_path: P
 
 
 def test_moves_around_a_front_point_take_partners_and_drop_a_return_to_the_start(tmp_path: Path) -> None:
-    top = Run(TOP.name, dict(TOP.changes), "fastest", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0)
+    top = Entry(TOP.name, dict(TOP.changes), "fastest", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0)
     names = [c.name for c in around(top, RECIPE, RULES, BATCH)]
     assert len(names) == len(set(names)) and TOP.name not in names
     assert EIGHT_BIT.name in names and TOP.plus(("grad_accum", 2)).name in names  # a speed and a memory move
@@ -407,9 +407,9 @@ def test_moves_around_a_front_point_take_partners_and_drop_a_return_to_the_start
 
 
 def test_effects_are_fitted_from_the_runs_and_stop_at_the_memory_floor() -> None:
-    def run(*changes: Change) -> Run:
+    def run(*changes: Change) -> Entry:
         tps, mem = figures(dict(changes))
-        return Run(named(*changes), dict(changes), "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
+        return Entry(named(*changes), dict(changes), "moves", "ok", tokens_per_sec=tps, peak_mem_mb=mem)
 
     runs = [run(), run(("loss", "onepass")), run(("grad_accum", 2)), run(("activation_checkpointing", "full")),
             run(("grad_accum", 8)),
@@ -549,11 +549,11 @@ def test_a_search_killed_in_any_phase_resumes_without_repeating_a_run(tmp_path: 
 def test_the_journal_drops_a_cut_last_line_and_keeps_other_contexts_lines(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "journal.jsonl"
     journal = Journal(path, CONTEXT)
-    journal.add(Run("start", {}, "warm", "ok", tokens_per_sec=1.0))
-    other = json.dumps({"context": {**CONTEXT, "model": "gpt2_350m"}, **asdict(Run("x", {}, "found", "ok"))})
+    journal.add(Entry("start", {}, "warm", "ok", tokens_per_sec=1.0))
+    other = json.dumps({"context": {**CONTEXT, "model": "gpt2_350m"}, **asdict(Entry("x", {}, "found", "ok"))})
     with path.open("a") as f:
         f.write(other + "\n")
-    journal.add(Run("loss=inline", {"loss": "inline"}, "moves", "ok", tokens_per_sec=2.0))
+    journal.add(Entry("loss=inline", {"loss": "inline"}, "moves", "ok", tokens_per_sec=2.0))
     with path.open("a") as f:
         f.write('{"context": {"mod')  # cut by a kill
     again = Journal(path, CONTEXT)
@@ -570,8 +570,8 @@ def test_the_journal_drops_a_cut_last_line_and_keeps_other_contexts_lines(tmp_pa
 def test_a_candidate_screened_in_any_phase_is_not_measured_again(tmp_path: Path) -> None:
     machine = Machine()
     s = searcher(tmp_path / "journal.jsonl", machine)
-    first = s.journal.add(Run("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0))
-    combined = s.journal.add(Run(named(("loss", "onepass"), ("fp8", "blocks")), {}, "fastest", "ok", tokens_per_sec=1.0))
+    first = s.journal.add(Entry("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=1.0, peak_mem_mb=1.0))
+    combined = s.journal.add(Entry(named(("loss", "onepass"), ("fp8", "blocks")), {}, "fastest", "ok", tokens_per_sec=1.0))
     assert s.screen(cand(("loss", "onepass")), "lean", None) is first
     assert s.screen(cand(("loss", "onepass"), ("fp8", "blocks")), "lean", None) is combined
     assert machine.calls == []
@@ -580,21 +580,21 @@ def test_a_candidate_screened_in_any_phase_is_not_measured_again(tmp_path: Path)
 # ---- what it records ----
 
 def test_where_a_run_s_time_went_is_recorded_in_the_candidates_file(tmp_path: Path) -> None:
-    from benchlab.run.runner import RunRecord
+    from benchlab.run.runner import Measurement
     from benchlab.search.runs import breakdown
 
-    rec = RunRecord(status="ok", startup_s=3.0, init_s=1.5, apply_s=0.5, warmup_s=4.0, window_wall_ms=600.0, eval_s=0.25,
+    rec = Measurement(status="ok", startup_s=3.0, init_s=1.5, apply_s=0.5, warmup_s=4.0, window_wall_ms=600.0, eval_s=0.25,
                     compile_hits=6, compile_misses=0)
     parts = breakdown(rec, 10.0)
     assert parts == {"startup_s": 3.0, "build_s": 1.5, "apply_s": 0.5, "warmup_s": 4.0, "timed_s": 0.6, "eval_s": 0.25,
                      "other_s": pytest.approx(0.15), "compile_hits": 6, "compile_misses": 0}
-    later = breakdown(RunRecord(status="ok", init_s=1.0, warmup_s=2.0), 3.5)  # the worker's start paid already
+    later = breakdown(Measurement(status="ok", init_s=1.0, warmup_s=2.0), 3.5)  # the worker's start paid already
     assert later["startup_s"] is None and later["timed_s"] is None and later["other_s"] == 0.5
     journal = Journal(tmp_path / "journal.jsonl", CONTEXT)
-    journal.add(Run("start", {}, "warm", "ok", tokens_per_sec=100.0, peak_mem_mb=5.0, wall_s=10.0, extra=parts))
-    journal.add(Run("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=110.0, peak_mem_mb=4.0,
+    journal.add(Entry("start", {}, "warm", "ok", tokens_per_sec=100.0, peak_mem_mb=5.0, wall_s=10.0, extra=parts))
+    journal.add(Entry("loss=onepass", {"loss": "onepass"}, "moves", "ok", tokens_per_sec=110.0, peak_mem_mb=4.0,
                     wall_s=3.5, extra=later))
-    journal.add(Run("loss=cce", {"loss": "cce"}, "moves", "refused", message='needs "cce", or use loss=chunked'))
+    journal.add(Entry("loss=cce", {"loss": "cce"}, "moves", "refused", message='needs "cce", or use loss=chunked'))
     text = report.candidates_csv(journal, 100.0)
     assert "\r" not in text and text.endswith("\n")
     rows = list(csv.DictReader(text.splitlines()))
@@ -663,9 +663,9 @@ def test_a_refused_proposal_is_screened_with_its_partner_as_one_run() -> None:
 
 def test_every_run_is_told_to_the_sampler_once_with_its_floor(tmp_path: Path) -> None:
     sampler = Sampler(space(BATCH), RECIPE, RULES, 85_000.0, seed=0)
-    runs = [Run("start", {}, "warm", "ok", tokens_per_sec=100_000.0, peak_mem_mb=10_000.0),
-            Run("precision=tf32", {"precision": "tf32"}, "moves", "ok", tokens_per_sec=45_000.0, peak_mem_mb=14_000.0),
-            Run("loss=fused", {"loss": "fused"}, "moves", "oom", message="out of memory")]
+    runs = [Entry("start", {}, "warm", "ok", tokens_per_sec=100_000.0, peak_mem_mb=10_000.0),
+            Entry("precision=tf32", {"precision": "tf32"}, "moves", "ok", tokens_per_sec=45_000.0, peak_mem_mb=14_000.0),
+            Entry("loss=fused", {"loss": "fused"}, "moves", "oom", message="out of memory")]
     sampler.tell(runs)
     sampler.tell(runs)
     trials = sampler.study.trials

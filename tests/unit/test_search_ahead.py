@@ -11,7 +11,7 @@ import pytest
 
 from benchlab.core.knobs import RunSettings
 from benchlab.search import worker
-from benchlab.search.journal import PRECOMPILE, SCREENING, Journal, Run
+from benchlab.search.journal import PRECOMPILE, SCREENING, Entry, Journal
 from benchlab.search.landscapes import BATCH, CONTEXT, RECIPE, RULES, Killed, Machine
 from benchlab.search.moves import FINALIST_ONLY, Candidate, Problem, space
 from benchlab.search.strategy import FINALIST, Limits, Search
@@ -25,10 +25,10 @@ class Ahead:
     def __init__(self, machine: Machine, wall_s: float = 5.0) -> None:
         self.machine, self.wall_s, self.batches = machine, wall_s, []
 
-    def __call__(self, batch: list[tuple[Candidate, RunSettings]]) -> Run:
+    def __call__(self, batch: list[tuple[Candidate, RunSettings]]) -> Entry:
         self.batches.append([c.name for c, _ in batch])
         self.machine._call("ahead", Candidate())  # killable, as a stop while compiling
-        return Run("", {}, "", "ok", wall_s=self.wall_s, extra={"precompiled": len(batch)})
+        return Entry("", {}, "", "ok", wall_s=self.wall_s, extra={"precompiled": len(batch)})
 
 
 def search(path: Path, machine: Machine, prepare: Any = None, **kw: Any) -> Search:
@@ -78,13 +78,13 @@ def test_nothing_is_timed_while_candidates_compile_ahead(tmp_path: Path) -> None
     events: list[str] = []
     machine = Machine()
 
-    def prepare(batch: list[tuple[Candidate, RunSettings]]) -> Run:
+    def prepare(batch: list[tuple[Candidate, RunSettings]]) -> Entry:
         events.append("ahead begins")
         assert not any(e == "screen begins" for e in events[-1:])
         events.append("ahead ends")
-        return Run("", {}, "", "ok", wall_s=1.0)
+        return Entry("", {}, "", "ok", wall_s=1.0)
 
-    def screen(cand: Candidate, settings: RunSettings) -> Run:
+    def screen(cand: Candidate, settings: RunSettings) -> Entry:
         assert events[-1] != "ahead begins"
         events.append("screen begins")
         return Machine.screen(machine, cand, settings)
@@ -221,8 +221,8 @@ def test_the_journal_refuses_a_precompile_entry_that_names_a_candidate(tmp_path:
 
     path = tmp_path / "j.jsonl"
     journal = Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH))
-    journal.add(Run("batch 1", {}, PRECOMPILE, "ok", wall_s=3.0))
+    journal.add(Entry("batch 1", {}, PRECOMPILE, "ok", wall_s=3.0))
     assert Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH)).spent_s() == 3.0
-    journal.add(Run("loss=onepass", {"loss": "onepass"}, PRECOMPILE, "ok", wall_s=3.0))
+    journal.add(Entry("loss=onepass", {"loss": "onepass"}, PRECOMPILE, "ok", wall_s=3.0))
     with pytest.raises(LabError, match="line 2: a precompile entry named 'loss=onepass'"):
         Journal(path, CONTEXT, Problem(RECIPE, RULES, BATCH))

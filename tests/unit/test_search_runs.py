@@ -17,7 +17,7 @@ import torch
 
 from benchlab.core.params import Params, parse_params
 from benchlab.search import runs, worker
-from benchlab.search.journal import Journal, Run
+from benchlab.search.journal import Entry, Journal
 from tests.conftest import ROOT, micro_params
 
 CPU = torch.device("cpu")
@@ -48,7 +48,7 @@ def test_the_same_search_gets_the_same_context_and_resumes_its_runs(machine: dic
     first = context_of(p)
     assert context_of(parse_params(micro_params())) == first
     journal = Journal(tmp_path / "journal.jsonl", first)
-    journal.add(Run(name="recipe", changes={}, phase="warm", status="ok", tokens_per_sec=1000.0))
+    journal.add(Entry(name="recipe", changes={}, phase="warm", status="ok", tokens_per_sec=1000.0))
     again = Journal(tmp_path / "journal.jsonl", context_of(parse_params(micro_params())))
     assert again.get("warm", "recipe") is not None and again.get("warm", "recipe").tokens_per_sec == 1000.0
 
@@ -87,7 +87,7 @@ def test_another_machine_torch_or_code_starts_a_new_context(machine: dict, key: 
 def test_a_journal_keeps_another_context_s_runs_apart(machine: dict, tmp_path: Path) -> None:
     p = parse_params(micro_params())
     journal = Journal(tmp_path / "journal.jsonl", context_of(p))
-    journal.add(Run(name="recipe", changes={}, phase="warm", status="ok", tokens_per_sec=1000.0))
+    journal.add(Entry(name="recipe", changes={}, phase="warm", status="ok", tokens_per_sec=1000.0))
     machine["torch"] = "2.14.0+cpu"
     other = Journal(tmp_path / "journal.jsonl", context_of(p))
     assert other.get("warm", "recipe") is None and len(other.others) == 1
@@ -104,7 +104,7 @@ def test_answers_from_another_model_size_on_this_machine_warm_start_a_search(mac
     """The journal reads the model, the device, torch and the cap out of each context it holds."""
     small, large = parse_params(micro_params()), parse_params(micro_params(model="gpt_small"))
     path = tmp_path / "journal.jsonl"
-    Journal(path, context_of(small)).add(Run(name="found", changes={"compile": True}, phase="found", status="ok"))
+    Journal(path, context_of(small)).add(Entry(name="found", changes={"compile": True}, phase="found", status="ok"))
     assert Journal(path, context_of(large)).found_elsewhere() == [("found (tiny)", {"compile": True})]
     assert Journal(path, context_of(small)).found_elsewhere() == []  # its own size: resumed, not a warm start
     for key, value in [("torch", "2.14.0+cpu"), ("cpu", "Intel Xeon 8480")]:

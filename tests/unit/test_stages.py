@@ -20,8 +20,8 @@ from benchlab.run.build_model import model_shape
 from benchlab.run.checkpoint import load_checkpoint
 from benchlab.run.hardware import why_not
 from benchlab.run.mfu import flops_per_token
-from benchlab.run.results import base_record, measured_record, metric_view, steps_csv
-from benchlab.run.runner import RunRecord
+from benchlab.run.records import base_record, measured_record, metric_view, steps_csv
+from benchlab.run.runner import Measurement
 from stages import bench, train
 from tests.conftest import micro_params
 
@@ -52,9 +52,9 @@ def lab(workdir: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch) -> dict[
     return {"locks": locks}
 
 
-def measured_run(scale: float) -> RunRecord:
+def measured_run(scale: float) -> Measurement:
     """A repeat as a child would report it: 5 steps, 2 of them warm-up."""
-    return RunRecord(status="ok", losses=[6.0, 5.5, 5.0, 4.75, 4.5], lrs=[1e-3, 2e-3, 2e-3, 1.5e-3, 1e-3],
+    return Measurement(status="ok", losses=[6.0, 5.5, 5.0, 4.75, 4.5], lrs=[1e-3, 2e-3, 2e-3, 1.5e-3, 1e-3],
                      step_ms=[900.0, 40.0 * scale, 20.0 * scale, 21.0 * scale, 22.0 * scale], warmup_steps=2,
                      setup_s=1.0, warmup_s=0.5, window_wall_ms=70.0 * scale, eval_s=0.1, val_loss=4.4 + scale,
                      memory={"peak_rss_mb": 300.0 * scale}, first_step_ms=900.0)
@@ -135,7 +135,7 @@ def test_each_stage_s_help_says_what_its_arguments_are(stage, texts: list[str], 
 
 def test_a_failed_variant_prints_no_figures(lab: dict, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(launch, "run_repeats", lambda *a: [RunRecord(status="oom", message="out of memory at batch 4")])
+    monkeypatch.setattr(launch, "run_repeats", lambda *a: [Measurement(status="oom", message="out of memory at batch 4")])
     bench.main(["--variant", "tf32", *BENCH_ARGS])
     assert read_json("results/tf32.json")["status"] == "oom"
     assert "tokens/s" not in capsys.readouterr().out
@@ -247,14 +247,14 @@ def test_train_refuses_settings_the_device_cannot_run(lab: dict) -> None:
 
 
 @pytest.mark.parametrize(("rec", "message"), [
-    (RunRecord(status="diverged", message="loss became nan at step 3"),
+    (Measurement(status="diverged", message="loss became nan at step 3"),
      "training stopped: loss became nan at step 3; lower optim.lr or use another precision"),
-    (RunRecord(status="ok", val_loss=None),
+    (Measurement(status="ok", val_loss=None),
      "the trained model's validation loss is None, so nothing was recorded; lower optim.lr or use another precision"),
-    (RunRecord(status="ok", val_loss=float("inf")),
+    (Measurement(status="ok", val_loss=float("inf")),
      "the trained model's validation loss is inf, so nothing was recorded; lower optim.lr or use another precision"),
 ])
-def test_a_training_without_a_result_writes_nothing_and_keeps_the_earlier_outputs(lab: dict, monkeypatch: pytest.MonkeyPatch, rec: RunRecord,
+def test_a_training_without_a_result_writes_nothing_and_keeps_the_earlier_outputs(lab: dict, monkeypatch: pytest.MonkeyPatch, rec: Measurement,
                                                     message: str) -> None:
     for stale in TRAIN_ARGS[1:]:
         Path(stale).parent.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,6 @@ def test_memory_knobs_are_exact_rewrites_of_the_same_step(settings: dict) -> Non
 def test_a_variant_batch_size_sets_the_tokens_per_step(params: Params, tokens) -> None:
     rec = train_once(params, RunSettings(batch_size=8, grad_accum=2), tokens, CPU, steps=4, warmup=2)
     assert rec.status == "ok"
-    from benchlab.run.results import base_record
+    from benchlab.run.records import base_record
     base = base_record("v", params, RunSettings(batch_size=8), "cpu", {}, {})
     assert base["batch_size"] == 8 and base["tokens_per_step"] == 8 * params.shape.block_size

@@ -7,13 +7,13 @@ import pytest
 
 
 def _gpu_runs() -> list:
-    from benchlab.run.runner import RunRecord
+    from benchlab.run.runner import Measurement
     common = {"status": "ok", "lrs": [1e-3] * 5, "warmup_steps": 1, "world_size": 2}
-    r1 = RunRecord(**common, losses=[6, 5, 4, 3, 2.5], step_ms=[50, 10, 10, 10, 10], warmup_s=0.05, first_step_ms=50.0,
+    r1 = Measurement(**common, losses=[6, 5, 4, 3, 2.5], step_ms=[50, 10, 10, 10, 10], warmup_s=0.05, first_step_ms=50.0,
                    window_wall_ms=50.0, memory={"peak_mem_allocated_mb": 500.0, "peak_mem_reserved_mb": 600.0},
                    skipped_steps=0, val_loss=3.0, rank_peak_mb=[100.0, 90.0], power_w=300.0, energy_j=15.0,
                    neighbours={"other_gpu_processes": [42], "cpu_busy_others_pct": 5.0, "cpu_busy_ours_pct": 50.0})
-    r2 = RunRecord(**common, losses=[6, 5, 4, 3, 2], step_ms=[60, 20, 20, 20, 20], warmup_s=0.06, first_step_ms=60.0,
+    r2 = Measurement(**common, losses=[6, 5, 4, 3, 2], step_ms=[60, 20, 20, 20, 20], warmup_s=0.06, first_step_ms=60.0,
                    window_wall_ms=100.0, memory={"peak_mem_allocated_mb": 400.0, "peak_mem_reserved_mb": 650.0},
                    mem_growth_mb=10.0, skipped_steps=1, val_loss=3.5, rank_peak_mb=[80.0, 95.0],
                    power_w=400.0, energy_j=40.0,
@@ -22,7 +22,7 @@ def _gpu_runs() -> list:
 
 
 def test_measured_record_on_a_gpu_key_by_key() -> None:
-    from benchlab.run.results import measured_record
+    from benchlab.run.records import measured_record
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 1000, "block_size": 16, "device": "cuda", "env.cuda_available": True,
@@ -68,12 +68,12 @@ def test_measured_record_on_a_gpu_key_by_key() -> None:
 
 
 def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
-    from benchlab.run.results import measured_record, neighbours
-    from benchlab.run.runner import RunRecord
+    from benchlab.run.records import measured_record, neighbours
+    from benchlab.run.runner import Measurement
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 100, "block_size": 16, "device": "cpu", "compile_mode": "default"}
-    run = RunRecord(status="ok", losses=[3.0] * 5, lrs=[1e-3] * 5, step_ms=[9, 10, 10, 11, 11], warmup_steps=1,
+    run = Measurement(status="ok", losses=[3.0] * 5, lrs=[1e-3] * 5, step_ms=[9, 10, 10, 11, 11], warmup_steps=1,
                     memory={"peak_rss_mb": 300.0}, val_loss=2.0)
     rec = measured_record(base, [run], cfg, 1000, steady_tolerance=0.1)  # halves 10 and 11: a gap of exactly 0.1
     assert rec["steady_state_ok"] is True and rec["steady_gap_pct"] == pytest.approx(10.0)
@@ -86,12 +86,12 @@ def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
     for mode, comparable in (("max-autotune", False), ("max-autotune-no-cudagraphs", True), ("reduce-overhead", False)):
         assert measured_record({**base, "compile_mode": mode}, [run], cfg, 1000, 0.1)["peak_mem_allocated_comparable"] \
             is comparable, mode
-    bad = RunRecord(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, 2.0, math.nan])
+    bad = Measurement(status="diverged", message="loss became nan at step 3", diverged_step=3, losses=[1.0, 2.0, math.nan])
     failed = measured_record(base, [bad], cfg, 1000, 0.05)
     assert failed == {**base, "repeats": 1, "steps": 3, "warmup_steps": 0, "status": "diverged",
                       "message": "loss became nan at step 3", "diverged_step": 3}
     # Exactly the threshold of others' CPU share, and no other GPU process: not suspected.
-    quiet = RunRecord(status="ok", neighbours={"other_gpu_processes": [], "cpu_busy_others_pct": 20.0,
+    quiet = Measurement(status="ok", neighbours={"other_gpu_processes": [], "cpu_busy_others_pct": 20.0,
                                                "cpu_busy_ours_pct": 1.0})
     assert neighbours([quiet]) == {"other_gpu_processes": [], "cpu_busy_others_pct_max": 20.0,
                                    "cpu_busy_ours_pct_max": 1.0, "interference_suspected": False}
@@ -99,15 +99,15 @@ def test_measured_record_of_one_cpu_run_and_of_a_failed_one() -> None:
 
 def test_a_stall_in_the_timed_window_marks_the_record_not_steady() -> None:
     """Issue 46: a `kill -STOP` of 20 s in the timed window gave `ok`, steady_state_ok true, and nothing else."""
-    from benchlab.run.results import measured_record
-    from benchlab.run.runner import RunRecord
+    from benchlab.run.records import measured_record
+    from benchlab.run.runner import Measurement
     from model.gpt import GPTConfig
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=128)
     base = {"tokens_per_step": 100, "block_size": 16, "device": "cpu", "compile_mode": "default"}
     timed = [10.0] * 60 + [20_010.0] + [10.0] * 59  # one step stopped for 20 s, the halves' medians the same
 
     def record(step_ms: list[float], wall_ms: float) -> dict:
-        run = RunRecord(status="ok", losses=[3.0] * 121, lrs=[1e-3] * 121, step_ms=[50.0, *step_ms], warmup_steps=1,
+        run = Measurement(status="ok", losses=[3.0] * 121, lrs=[1e-3] * 121, step_ms=[50.0, *step_ms], warmup_steps=1,
                         window_wall_ms=wall_ms, memory={"peak_rss_mb": 300.0}, val_loss=2.0)
         return measured_record(base, [run], cfg, 1000, steady_tolerance=0.05)
 
@@ -123,16 +123,16 @@ def test_a_stall_in_the_timed_window_marks_the_record_not_steady() -> None:
 
 
 def test_steps_csv_marks_the_timed_steps() -> None:
-    from benchlab.run.results import steps_csv
-    from benchlab.run.runner import RunRecord
-    run = RunRecord(status="ok", losses=[6.0, 5.0, 4.5], lrs=[1e-4, 5e-4, 1e-3], step_ms=[50.0, 10.0], warmup_steps=1)
+    from benchlab.run.records import steps_csv
+    from benchlab.run.runner import Measurement
+    run = Measurement(status="ok", losses=[6.0, 5.0, 4.5], lrs=[1e-4, 5e-4, 1e-3], step_ms=[50.0, 10.0], warmup_steps=1)
     assert steps_csv(run) == ("step,loss,lr,step_ms,timed\n0,6.000000,0.0001,50.0000,0\n"
                               "1,5.000000,0.0005,10.0000,1\n2,4.500000,0.001,,1\n")
 
 
 def test_base_and_skipped_records_carry_the_variant_s_own_settings() -> None:
     from benchlab.core.params import RunSettings, parse_params
-    from benchlab.run.results import base_record, skipped_record
+    from benchlab.run.records import base_record, skipped_record
     from tests.conftest import micro_params
     p = parse_params(micro_params())
     settings = RunSettings(precision="bf16", batch_size=8)
@@ -149,15 +149,15 @@ def test_base_and_skipped_records_carry_the_variant_s_own_settings() -> None:
 
 def test_base_record_batch_falls_back_to_train_batch_size() -> None:
     from benchlab.core.params import RunSettings, parse_params
-    from benchlab.run.results import base_record
+    from benchlab.run.records import base_record
     from tests.conftest import micro_params
     rec = base_record("plain", parse_params(micro_params()), RunSettings(), "cpu", {}, {})
     assert rec["batch_size"] == 4 and rec["tokens_per_step"] == 4 * 32
 
 
 def test_unknown_gpu_processes_stay_unknown() -> None:
-    from benchlab.run.results import neighbours
-    from benchlab.run.runner import RunRecord
-    run = RunRecord(status="ok", neighbours={"other_gpu_processes": None, "cpu_busy_others_pct": 1.0,
+    from benchlab.run.records import neighbours
+    from benchlab.run.runner import Measurement
+    run = Measurement(status="ok", neighbours={"other_gpu_processes": None, "cpu_busy_others_pct": 1.0,
                                              "cpu_busy_ours_pct": 1.0})
     assert neighbours([run])["other_gpu_processes"] is None  # not [] (none seen): nvidia-smi could not tell

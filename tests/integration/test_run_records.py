@@ -1,5 +1,5 @@
 """A real SIGSTOP in the timed window of a training run in a child process marks its record not steady. The records
-themselves are in tests/unit/test_results.py."""
+themselves are in tests/unit/test_run_records.py."""
 
 import multiprocessing
 import os
@@ -12,7 +12,7 @@ import pytest
 
 def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
     """A child's training run (the runner's own loop, on the micro params) that writes each finished step's number
-    to `marks`, and its RunRecord to `out`."""
+    to `marks`, and its Measurement to `out`."""
     import torch
 
     from benchlab.core.params import parse_params
@@ -34,8 +34,8 @@ def _train_marking_steps(prepared: str, marks: str, out: str) -> None:
 
 @pytest.mark.integration  # a training run in a child process, stopped by a signal
 def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp_path: Path) -> None:
-    from benchlab.run.results import measured_record
-    from benchlab.run.runner import RunRecord
+    from benchlab.run.records import measured_record
+    from benchlab.run.runner import Measurement
     from model.gpt import GPTConfig
 
     marks, out = tmp_path / "marks", tmp_path / "rec.json"
@@ -55,7 +55,7 @@ def test_a_real_sigstop_in_the_timed_window_marks_the_record(prepared: Path, tmp
         if child.is_alive():
             child.kill()
     assert child.exitcode == 0
-    run = RunRecord.from_json(out.read_text())
+    run = Measurement.from_json(out.read_text())
     base = {"tokens_per_step": 4 * 32, "block_size": 32, "device": "cpu", "compile_mode": "default"}
     rec = measured_record(base, [run], GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=512),
                           1000, steady_tolerance=0.05)

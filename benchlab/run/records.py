@@ -19,7 +19,7 @@ from benchlab.core.record import (
     tail_loss,
 )
 from benchlab.run.mfu import flops_per_token, mfu_pct, peak_tflops
-from benchlab.run.runner import RunRecord
+from benchlab.run.runner import Measurement
 from model.gpt import GPTConfig
 
 # Another process using more than this share of all CPU cores while we timed
@@ -67,7 +67,7 @@ def skipped_record(base: dict[str, Any], reason: str) -> dict[str, Any]:
     return {**base, "status": "skipped", "message": reason, "repeats": 0}
 
 
-def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig, n_params: int,
+def measured_record(base: dict[str, Any], runs: list[Measurement], cfg: GPTConfig, n_params: int,
                     steady_tolerance: float) -> dict[str, Any]:
     """Statistics across repeats; a failed repeat makes the whole variant failed."""
     failed = next((r for r in runs if r.status != "ok"), None)
@@ -153,7 +153,7 @@ def measured_record(base: dict[str, Any], runs: list[RunRecord], cfg: GPTConfig,
     return out
 
 
-def energy(runs: list[RunRecord], tokens_per_step: int) -> dict[str, Any]:
+def energy(runs: list[Measurement], tokens_per_step: int) -> dict[str, Any]:
     """The board's mean power and the tokens trained per joule over the timed windows, medians over repeats; None
     with the note that says why when any repeat's board power was not read (a CPU, no NVML)."""
     missing = next((r for r in runs if r.power_w is None or not r.energy_j), None)
@@ -165,7 +165,7 @@ def energy(runs: list[RunRecord], tokens_per_step: int) -> dict[str, Any]:
             "tokens_per_joule": stats.describe(per_joule)["median"], "power_note": ""}
 
 
-def neighbours(runs: list[RunRecord]) -> dict[str, Any]:
+def neighbours(runs: list[Measurement]) -> dict[str, Any]:
     """What else used the machine during any repeat's timed window, and whether that makes the figure suspect."""
     facts = [r.neighbours for r in runs if r.neighbours]
     if not facts:
@@ -186,12 +186,12 @@ def metric_view(record: dict[str, Any]) -> dict[str, Any]:
     return numbers(record, METRIC_KEYS)
 
 
-def _max_or_none(runs: list[RunRecord], key: str) -> float | None:
+def _max_or_none(runs: list[Measurement], key: str) -> float | None:
     values = [r.memory.get(key) for r in runs if r.memory.get(key) is not None]
     return max(values) if values else None
 
 
-def steps_csv(run: RunRecord) -> str:
+def steps_csv(run: Measurement) -> str:
     """Per-step loss, learning rate and time of one run, for DVC plots."""
     lines = ["step,loss,lr,step_ms,timed"]
     for i, loss in enumerate(run.losses):
