@@ -46,17 +46,19 @@ def test_the_clock_counts_compilation_steps_at_the_median_step() -> None:
 
 def test_the_clock_excludes_compilation_and_evaluation(tokens, monkeypatch: pytest.MonkeyPatch) -> None:
     """A first step that takes 8 s more (compilation) and evaluations of 5 s each stay off the training clock and
-    are reported apart. (Long sleeps: on a shared 2-core machine a micro step can take a second.)"""
-    real_step, real_eval, steps = runner.train_step, runner.evaluate, []
+    are reported apart. The seconds are added to the clock the run reads, not slept: the test takes no longer than
+    its micro steps, and a loaded machine cannot blur them."""
+    real_step, real_eval, real_clock, steps, late = runner.train_step, runner.evaluate, time.perf_counter, [], [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + late[0])
 
     def slow_first_step(*args: object, **kwargs: object) -> torch.Tensor:
         if not steps:
-            time.sleep(8.0)
+            late[0] += 8.0
         steps.append(1)
         return real_step(*args, **kwargs)
 
     def slow_eval(*args: object, **kwargs: object) -> float:
-        time.sleep(5.0)
+        late[0] += 5.0
         return real_eval(*args, **kwargs)
 
     monkeypatch.setattr(runner, "train_step", slow_first_step)
