@@ -83,21 +83,30 @@ class Stalls(NamedTuple):
     longest_ms: float
     """The worst stalled step's time beyond the median; 0.0 for none."""
     outside_ms: float
-    """The window's wall time outside its steps, where that is a stall (see `stalls`); 0.0 otherwise."""
+    """The time between steps that stalled (see `stalls`); 0.0 for none."""
 
 
-def stalls(step_ms: list[float], window_wall_ms: float | None, factor: float = STALL_FACTOR) -> Stalls:
-    """The stalls of one timed window: its steps over `factor` times the median, and its wall time outside the
-    steps where that is longer than the steps themselves and than `factor` median steps.
+def stalls(step_ms: list[float], window_wall_ms: float | None, factor: float = STALL_FACTOR,
+           gap_ms: list[float] | None = None) -> Stalls:
+    """The stalls of one timed window: its steps over `factor` times the median, and the time between its steps
+    that stalled.
 
-    Both, because a stop lands inside a step (whose host or device time then holds it) or between two steps,
-    where CUDA events time nothing and only the window's wall clock holds it. Host work between steps (batches,
-    copies) took a fifth of the steps' time at most in the committed runs, so more than all of it is no host work.
+    Both, because a stop lands inside a step (whose host or device time then holds it), between two steps, where
+    CUDA events time nothing, or across the end of one into the gap after it. With `gap_ms` (the host's wall time
+    from each step's end to the next one's start), a gap over `factor` median steps stalled by its excess over the
+    median gap, wherever in the window it fell. Without (a measurement that kept no gaps), only the window's wall
+    time outside the steps can say it, where that is longer than the steps themselves and than `factor` median
+    steps: host work between steps (batches, copies) took a fifth of the steps' time at most in the committed runs,
+    so more than all of it is no host work.
     """
     if not step_ms:
         return Stalls(0, 0.0, 0.0)
     median = float(np.median(step_ms))
     excess = [t - median for t in step_ms if t > factor * median]
+    if gap_ms:
+        usual = float(np.median(gap_ms))
+        between = sum(g - usual for g in gap_ms if g > factor * median)
+        return Stalls(len(excess), max(excess, default=0.0), between)
     outside = window_wall_ms - sum(step_ms) if window_wall_ms is not None else 0.0
     return Stalls(len(excess), max(excess, default=0.0),
                   outside if outside > max(sum(step_ms), factor * median) else 0.0)

@@ -170,6 +170,8 @@ def combine_ranks(records: list[Measurement]) -> Measurement:
     out.step_ms = [max(times) for times in zip(*(r.step_ms for r in records))]
     out.losses = [float(np.mean(values)) for values in zip(*(r.losses for r in records))]
     out.first_step_ms = out.step_ms[0] if out.step_ms else None
+    gaps = [r.gap_ms for r in records]
+    out.gap_ms = [max(g) for g in zip(*gaps)] if all(g is not None for g in gaps) else None  # type: ignore[call-overload]
     for key in ("warmup_s", "window_wall_ms", "mem_growth_mb"):
         values = [getattr(r, key) for r in records if getattr(r, key) is not None]
         setattr(out, key, max(values) if values else None)

@@ -85,7 +85,7 @@ def measured_record(base: dict[str, Any], runs: list[Measurement], cfg: GPTConfi
     pooled = stats.describe([t for r in runs for t in r.timed_ms])
     tps_pi, tps_ci, ms_ci = stats.prediction_interval(tps), stats.t_interval(tps), stats.t_interval(medians)
     gaps = [stats.halves_gap(r.timed_ms) for r in runs]
-    stalls = [stats.stalls(r.timed_ms, r.window_wall_ms) for r in runs]
+    stalls = [stats.stalls(r.timed_ms, r.window_wall_ms, gap_ms=r.gap_ms) for r in runs]
     stall_ms = max(s.longest_ms for s in stalls)
     stall_outside_ms = max(s.outside_ms for s in stalls)
     growth = max(r.mem_growth_mb or 0.0 for r in runs)

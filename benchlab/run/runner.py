@@ -59,6 +59,9 @@ class Measurement:
     exit_s: float | None = None  # a repeat: from its record's writing to its process's end, as the parent saw it
     first_step_ms: float | None = None
     window_wall_ms: float | None = None  # wall clock over the timed steps, host work between steps included
+    # Host wall time from each timed step's end to the next one's start (its batch, the loss read; an evaluation
+    # between them left out): where a stop between two steps shows, which no step's time holds.
+    gap_ms: list[float] | None = None
     memory: dict = field(default_factory=dict)  # benchlab.run.harness.peaks: the keys `peaks` reads
     mem_growth_mb: float | None = None  # memory held after the last timed step minus after the first
     skipped_steps: int | None = None  # fp16: steps the GradScaler skipped for overflow
@@ -109,7 +112,8 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
     rec.losses = reader.values
     scales: list[torch.Tensor] = []
     held: list[float] = []
-    t_start = t_window = time.perf_counter()
+    gaps: list[float] = []
+    t_start = t_window = last_end = time.perf_counter()
     for step in tqdm(range(steps), desc=progress, unit="step", disable=progress is None, mininterval=5.0,
                      file=sys.stdout):
         parent_watch.at(f"step {step} of {steps}")
@@ -122,9 +126,12 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
         lr = lr_at(step, steps, p.optim, settings)
         set_lr(run.optimizer, lr)
         x, y = to_device(rank_slice(stream.next(), rank, world), device)
+        if step > warmup:  # the previous step was timed too
+            gaps.append((time.perf_counter() - last_end) * 1000.0)
         clock.start()
         loss = train_step(run, x, y, p.optim.grad_clip, settings.grad_accum)
         clock.stop()
+        last_end = time.perf_counter()
         if run.scaler is not None:
             scales.append(run.scaler._scale.detach().clone())  # type: ignore[union-attr]  # no public async read
         reader.push(step, loss)
@@ -137,9 +144,11 @@ def _loop(run: TrainingRun, p: Params, data: TokenData, steps: int, warmup: int,
             began = time.perf_counter()
             rec.val_curve.append([step + 1, evaluate(run.model, p, data, device, run.autocast()),
                                   time.perf_counter() - began])
+            last_end = time.perf_counter()  # the evaluation is no gap between training steps
     reader.flush()
     harness.sync(device)
     rec.window_wall_ms = (time.perf_counter() - t_window) * 1000.0
+    rec.gap_ms = gaps
     reading = meter.stop()
     rec.power_w, rec.energy_j, rec.power_note = reading.power_w, reading.energy_j, reading.note
     rec.neighbours = neighbours.finish()

@@ -288,7 +288,9 @@ def test_a_second_dvc_exp_run_in_the_workspace_is_refused_before_it_writes_and_t
     of its lock while a stage runs, so the second wrote its params.yaml under the first, and both failed. The stage
     now holds DVC's experiments lock, which DVC asks before it touches the workspace: the second is refused in a line
     naming --queue and --temp (a --temp one too, which would stash the workspace first), the first is filed."""
-    first = exp_training(lab, "-n", "first", "-S", "train.steps=40")
+    # long enough to be still training when both others have been refused (CI saw 40 steps, half a second, end
+    # before the second attempt began)
+    first = exp_training(lab, "-n", "first", "-S", "train.steps=3000")
     try:
         for second in (["-n", "second"], ["--temp", "-n", "second_temp"]):
             proc = run(lab, "exp", "run", *second, "-S", "precision=bf16", "train", check=False)
@@ -302,8 +304,8 @@ def test_a_second_dvc_exp_run_in_the_workspace_is_refused_before_it_writes_and_t
         assert first.returncode == 0, out
         assert run(lab, "exp", "list", "--name-only").stdout.split() == ["first"]
         params, record = filed(lab, "first")
-        assert (params["precision"], params["train"]["steps"]) == ("fp32", 40)
-        assert (record["precision"], record["steps"]) == ("fp32", 40)  # what it ran is what it was started with
+        assert (params["precision"], params["train"]["steps"]) == ("fp32", 3000)
+        assert (record["precision"], record["steps"]) == ("fp32", 3000)  # what it ran is what it was started with
         assert yaml.safe_load((lab / "params.yaml").read_text()) == params
     finally:
         _end(first, lab)

@@ -355,10 +355,14 @@ def test_ranks_slice_one_global_batch_and_combine_by_the_slowest() -> None:
     x = torch.arange(8).view(4, 2)
     parts = [rank_slice((x, x + 1), r, 2)[0] for r in range(2)]
     assert torch.equal(torch.cat(parts), x)
-    a = Measurement(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0)
-    b = Measurement(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0)
+    a = Measurement(status="ok", losses=[2.0, 1.0], step_ms=[10.0, 5.0], memory={"peak_rss_mb": 100.0}, val_loss=3.0,
+                    gap_ms=[1.0, 9.0])
+    b = Measurement(status="ok", losses=[4.0, 3.0], step_ms=[8.0, 7.0], memory={"peak_rss_mb": 120.0}, val_loss=3.0,
+                    gap_ms=[2.0, 3.0])
     both = combine_ranks([a, b])
     assert both.step_ms == [10.0, 7.0] and both.losses == [3.0, 2.0] and both.world_size == 2
+    assert both.gap_ms == [2.0, 9.0]  # the ranks wait for each other: a gap is the longest rank's
+    assert combine_ranks([a, Measurement(status="ok", step_ms=[8.0, 7.0])]).gap_ms is None
     assert both.memory["peak_rss_mb"] == 120.0 and both.rank_peak_mb == [100.0, 120.0]
 
 

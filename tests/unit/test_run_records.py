@@ -120,6 +120,12 @@ def test_a_stall_in_the_timed_window_marks_the_record_not_steady() -> None:
     assert between["stall_ms_max"] == 0.0 and between["stall_outside_steps_ms"] == pytest.approx(20_000.0)
     quiet = record([10.0] * 120, wall_ms=1_300.0)
     assert quiet["steady_state_ok"] is True and quiet["stall_ms_max"] == 0.0
+    # A stop across a step's end (seen in CI: 898 ms in the step, the rest in the gap after it): both parts held.
+    split = Measurement(status="ok", losses=[3.0] * 121, lrs=[1e-3] * 121, step_ms=[50.0, *[10.0] * 60, 908.0,
+                        *[10.0] * 59], warmup_steps=1, window_wall_ms=3_500.0, gap_ms=[1.0] * 60 + [1_103.0] + [1.0] * 58,
+                        memory={"peak_rss_mb": 300.0}, val_loss=2.0)
+    rec = measured_record(base, [split], cfg, 1000, steady_tolerance=0.05)
+    assert (rec["stall_ms_max"], rec["stall_outside_steps_ms"], rec["steady_state_ok"]) == (898.0, 1_102.0, False)
 
 
 def test_steps_csv_marks_the_timed_steps() -> None:

@@ -68,10 +68,13 @@ def test_the_timed_window_opens_at_the_first_step_after_warm_up(params: Params, 
 def test_the_clock_ticks_bound_each_part_of_a_run(params: Params, tokens, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "time", Ticks())
     rec = train_once(params, RunSettings(), tokens, CPU, steps=4, warmup=1)
-    # perf_counter ticks once per reading: build began, model built, knobs applied, loop began, window opened
-    # (step 1), window closed, evaluation began and ended. Each span is a difference of two ticks.
+    # perf_counter ticks once per reading: build began, model built, knobs applied, loop began, each step's end,
+    # window opened (step 1), each timed step's start after the first, window closed, evaluation began and ended.
+    # Each span is a difference of two ticks.
     assert (rec.init_s, rec.apply_s, rec.setup_s) == (1, 1, 2)
-    assert rec.warmup_s == 1 and rec.window_wall_ms == 1000.0 and rec.eval_s == 1
+    assert rec.warmup_s == 2 and rec.eval_s == 1  # step 0's end came between
+    # three timed steps, two gaps between them, each one tick from a step's end to the next one's start
+    assert rec.gap_ms == [1000.0, 1000.0] and rec.window_wall_ms == 6000.0
 
 
 def test_a_run_draws_its_batches_in_the_order_of_its_data_seed(params: Params, tokens,

@@ -61,3 +61,20 @@ def test_wall_time_outside_the_steps_is_a_stall_when_it_outweighs_them() -> None
     assert stats.stalls(short, window_wall_ms=90.0).outside_ms == 0.0
     assert stats.stalls(short, window_wall_ms=131.0).outside_ms == pytest.approx(101.0)
     assert stats.stalls([], None) == stats.Stalls(0, 0.0, 0.0)
+
+
+def test_a_gap_between_two_steps_over_ten_median_steps_is_a_stall_by_its_excess() -> None:
+    """With the gaps kept, a stop between steps is found in its gap however long the window: here 1,000 steps of
+    100 ms, where a 5 s stop is far less than the steps' own time and the wall clock alone could not tell it."""
+    steps, gaps = [100.0] * 1000, [2.0] * 999
+    long_window = sum(steps) + sum(gaps) + 5_000.0
+    assert stats.stalls(steps, long_window).outside_ms == 0.0  # the window's wall clock alone: missed
+    stopped = [*gaps[:500], 5_002.0, *gaps[501:]]
+    assert stats.stalls(steps, long_window, gap_ms=stopped) == stats.Stalls(0, 0.0, 5_000.0)
+    at_ten = [*gaps[:500], 1_000.0, *gaps[501:]]  # exactly ten median steps: not a stall
+    assert stats.stalls(steps, None, gap_ms=at_ten).outside_ms == 0.0
+    assert stats.stalls(steps, None, gap_ms=[*gaps[:500], 1_002.5, *gaps[501:]]).outside_ms == pytest.approx(1_000.5)
+    # a stop that straddles a step's end: the step and the gap after it each hold a part, and both are counted
+    split = [100.0] * 10 + [998.0 + 100.0] + [100.0] * 10
+    assert stats.stalls(split, None, gap_ms=[2.0] * 10 + [1_102.0] + [2.0] * 9) == stats.Stalls(1, 998.0, 1_100.0)
+    assert stats.stalls(steps, None, gap_ms=gaps) == stats.Stalls(0, 0.0, 0.0)
