@@ -55,10 +55,11 @@ def stage_params(pipeline: str) -> dict[str, list[str]]:
 
 
 def read_by(folder: Path) -> dict[str, set[str]]:
-    """What each stage noted it read, by its name in dvc.yaml (`bench@fp16` counts as `bench`)."""
+    """What each stage noted it read, by its name in its dvc.yaml (`bench@fp16` counts as `bench`; DVC names a stage
+    of another dvc.yaml `search/dvc.yaml:search`, its file `search_dvc.yaml:search.txt`)."""
     reads: dict[str, set[str]] = {}
     for path in folder.glob("*.txt"):
-        reads.setdefault(path.stem.split("@")[0], set()).update(path.read_text().split())
+        reads.setdefault(path.stem.rsplit(":", 1)[-1].split("@")[0], set()).update(path.read_text().split())
     return reads
 
 
@@ -91,6 +92,13 @@ def check_reads(folder: Path, pipeline: str = "dvc.yaml", only: set[str] | None 
     assert reads, f"no stage noted its reads in {folder}"
     problems = mismatches(stage_params(pipeline), reads)
     assert not problems, "\n".join(problems)
+
+
+def test_each_stage_s_notes_count_under_its_name_in_its_dvc_yaml(tmp_path: Path) -> None:
+    for name, keys in (("bench@fp16", "seed\n"), ("bench@recipe", "device\n"), ("ttl_dvc.yaml:ttl@muon", "model\n"),
+                       ("search_dvc.yaml:search", "search.budget_s\n")):
+        (tmp_path / f"{name}.txt").write_text(keys)
+    assert read_by(tmp_path) == {"bench": {"seed", "device"}, "ttl": {"model"}, "search": {"search.budget_s"}}
 
 
 def test_a_section_listed_whole_counts_each_of_its_keys() -> None:

@@ -59,6 +59,8 @@ def test_wall_time_outside_the_steps_is_a_stall_when_it_outweighs_them() -> None
     assert stats.stalls(steps, window_wall_ms=20_300.0) == stats.Stalls(steps=0, longest_ms=0.0, outside_ms=20_000.0)
     short = [10.0] * 3  # three steps and a 60 ms gap: more than the steps, fewer than ten medians
     assert stats.stalls(short, window_wall_ms=90.0).outside_ms == 0.0
+    assert stats.stalls(short, window_wall_ms=130.0).outside_ms == 0.0  # exactly ten medians outside: not yet
+    assert stats.stalls([0.01, 0.01], None).outside_ms == 0.0  # no wall clock: nothing outside, however short the steps
     assert stats.stalls(short, window_wall_ms=131.0).outside_ms == pytest.approx(101.0)
     assert stats.stalls([], None) == stats.Stalls(0, 0.0, 0.0)
 
