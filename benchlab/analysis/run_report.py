@@ -17,6 +17,7 @@ from benchlab.analysis.plots import make_plots
 from benchlab.analysis.records import load_parity, uncommitted
 from benchlab.analysis.summary import KINDS, UNCOMMITTED_NOTE, memory_cap_gib, not_run_reason, stopped_at, table
 from benchlab.core.files import write_text
+from benchlab.core.old_names import record_keys
 from benchlab.core.profile_table import read_profile
 from benchlab.core.record import REFERENCE_SEEDS
 from benchlab.core.sections import AggregateParams
@@ -122,11 +123,11 @@ def settings(records: list[dict[str, Any]], note: str) -> str:
     caps = {memory_cap_gib(r) for r in records}
     cap = " or ".join(f"{c:g} GiB" if c else "none" for c in sorted(caps, key=lambda c: c or 0))
     text = (f"## Measurement\n\nModel {_values(records, 'params.model', 'model')}, batch "
-            f"{_values(records, 'params.shape.batch_size', 'params.train.batch_size')} x "
-            f"{_values(records, 'block_size', 'params.shape.block_size', 'params.train.block_size')}"
+            f"{_values(records, *record_keys('shape.batch_size'))} x "
+            f"{_values(records, 'block_size', *record_keys('shape.block_size'))}"
             f" tokens{_own_batches(records)}, "
             f"{_values(records, 'params.bench.steps', 'steps')} steps per run of which "
-            f"{_values(records, 'params.harness.warmup_steps', 'params.bench.warmup_steps', 'warmup_steps')} are warm-up, left out of the timing; "
+            f"{_values(records, *record_keys('harness.warmup_steps'), 'warmup_steps')} are warm-up, left out of the timing; "
             f"{_values(records, 'params.bench.repeats', 'repeats')} repeat(s) asked, each in a fresh process; "
             f"GPU memory cap: {cap}.\n\n{note}\n")
     dirty = uncommitted(records)
@@ -138,8 +139,8 @@ def settings(records: list[dict[str, Any]], note: str) -> str:
 
 def _own_batches(records: list[dict[str, Any]]) -> str:
     """' (sequences per step of ...: batch_4: 4)' for variants whose batch is not shape.batch_size; else empty.
-    A record written before params.yaml was grouped by stage holds it as params.train.batch_size."""
-    common = [r.get("params.shape.batch_size", r.get("params.train.batch_size")) for r in records]
+    A record written before params.yaml was grouped by stage holds it under its old key (`record_keys`)."""
+    common = [next((r[k] for k in record_keys("shape.batch_size") if k in r), None) for r in records]
     own = [f"{r['variant']}: {r['batch_size']}" for r, batch in zip(records, common, strict=True)
            if r.get("batch_size") is not None and batch is not None and r["batch_size"] != batch]
     return f" (sequences per step of variants with their own batch: {', '.join(own)})" if own else ""

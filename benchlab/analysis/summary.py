@@ -17,6 +17,7 @@ from tabulate import tabulate
 from benchlab.analysis.scaling import scaling
 from benchlab.core import record, stats
 from benchlab.core.knobs import KNOBS, changes_math
+from benchlab.core.old_names import record_keys
 from benchlab.core.record import ALLOCATED, ALLOCATED_COMPARABLE, RESERVED, RSS, Result, compared_memory
 from benchlab.core.sections import AggregateParams
 
@@ -215,8 +216,8 @@ def stopped_at(r: dict[str, Any]) -> str:
 
 def memory_cap_gib(r: dict[str, Any]) -> float | None:
     """The GPU memory cap a record ran under; None for none (0, or a record from before the cap existed). Records
-    written before params.yaml was grouped by stage hold it as params.bench.memory_cap_gib."""
-    cap = r.get("params.harness.memory_cap_gib", r.get("params.bench.memory_cap_gib", r.get("memory_cap_gib")))
+    written before params.yaml was grouped by stage hold it under its old key (`record_keys`)."""
+    cap = next((r[k] for k in record_keys("harness.memory_cap_gib") if k in r), r.get("memory_cap_gib"))
     return cap or None
 
 

@@ -52,3 +52,10 @@ def moved_key_error(key: str) -> str | None:
     new = MOVED_KEYS.get(key)
     return (f"{key} has moved to {new} (params.yaml is grouped by the stage that reads each section, README "
             f"\"The pipeline\"): write it there, e.g. `dvc exp run -S {new}=...`") if new else None
+
+
+def record_keys(key: str) -> tuple[str, ...]:
+    """Where a record holds the param `key` (`shape.batch_size`): `params.<key>`, then, in a record written before
+    the key moved, `params.<its old key>` (`params.train.batch_size`)."""
+    old = next((was for was, now in MOVED_KEYS.items() if now == key), None)
+    return (f"params.{key}", *([f"params.{old}"] if old else []))

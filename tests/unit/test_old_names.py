@@ -88,3 +88,11 @@ def test_the_variants_before_the_optimizer_knob_mean_what_params_yaml_says_now()
     now = parse_params(data).variants
     old_params = parse_params({**data, "variants": old})
     assert {n: asdict(s) for n, s in old_params.variants.items()} == {n: asdict(s) for n, s in now.items()}
+
+
+def test_a_record_holds_a_moved_param_under_its_new_key_then_its_old_one() -> None:
+    from benchlab.core.old_names import record_keys
+
+    assert record_keys("shape.batch_size") == ("params.shape.batch_size", "params.train.batch_size")
+    assert record_keys("harness.memory_cap_gib") == ("params.harness.memory_cap_gib", "params.bench.memory_cap_gib")
+    assert record_keys("bench.steps") == ("params.bench.steps",)  # never moved
