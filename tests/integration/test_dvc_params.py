@@ -2,6 +2,7 @@
 as DVC runs it, noting its reads (tests/unit/test_dvc_params.py holds the comparison; tests/integration/test_pipeline.py
 does the same for dvc.yaml)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -22,8 +23,11 @@ def test_the_search_and_ttl_stages_list_exactly_what_they_read(workdir: Path) ->
     data["search"] = {"start": "fp32_baseline", "budget_s": 600, "screen_steps": 2, "max_candidates": 2, "confirm": 1,
                       "repeats": 1, "lean_floor": 0.5}
     data["python_corpus"]["bytes"] = 20_000
-    data["ttl"].update(reference="fp32_baseline", steps=6, eval_every=3, warmup_steps=1, seeds=[1, 2], sweep_lrs=[0.002],
-                       sweep_warmup_steps=[1], variants={"muon": {"optimizer": "muon"}})
+    # The first evaluation well before the budget on every seed, however loaded the machine: a reference without a
+    # target leaves ttl@muon nothing to train, and so nothing to read (CI at ea5843f: evaluations at steps 3 and 6,
+    # budget 0.75 of the mean time, and one seed's step 3 came after it).
+    data["ttl"].update(reference="fp32_baseline", steps=8, eval_every=2, warmup_steps=1, budget_fraction=0.9, seeds=[1, 2],
+                       sweep_lrs=[0.002], sweep_warmup_steps=[1], variants={"muon": {"optimizer": "muon"}})
     (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     reads = workdir / "param-reads"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_PARAM_READS": str(reads)}
@@ -38,6 +42,8 @@ def test_the_search_and_ttl_stages_list_exactly_what_they_read(workdir: Path) ->
     run("search", "stages.search", "prep", "rec/reference-seeds.json", "out", "search.json")
     run("python_corpus", "stages.python_corpus", "gen/python_sources.jsonl", "python_corpus.json")
     run("ttl_reference", "stages.ttl", "prep", "ttl", "ttl_curves")
+    ref = json.loads((workdir / "ttl" / "reference-sweep.json").read_text())
+    assert ref["status"] == "ok", f"the reference set no target, so ttl@muon would train nothing: {ref['message']}"
     run("ttl@muon", "stages.ttl", "prep", "ttl", "ttl_curves")
     run("ttl_report", "stages.ttl_report", "ttl", "ttl_report.md", "ttl_loss.png", "ttl.json")
     check_reads(reads, "search/dvc.yaml", only={"search"})
