@@ -105,7 +105,7 @@ def stalls(step_ms: list[float], window_wall_ms: float | None, factor: float = S
     excess = [t - median for t in step_ms if t > factor * median]
     if gap_ms:
         usual = float(np.median(gap_ms))
-        between = sum(g - usual for g in gap_ms if g > factor * median)
+        between = sum((g - usual for g in gap_ms if g > factor * median), 0.0)  # 0.0, not int 0, when none stalled
         return Stalls(len(excess), max(excess, default=0.0), between)
     outside = window_wall_ms - sum(step_ms) if window_wall_ms is not None else 0.0
     return Stalls(len(excess), max(excess, default=0.0),

@@ -80,3 +80,4 @@ def test_a_gap_between_two_steps_over_ten_median_steps_is_a_stall_by_its_excess(
     split = [100.0] * 10 + [998.0 + 100.0] + [100.0] * 10
     assert stats.stalls(split, None, gap_ms=[2.0] * 10 + [1_102.0] + [2.0] * 9) == stats.Stalls(1, 998.0, 1_100.0)
     assert stats.stalls(steps, None, gap_ms=gaps) == stats.Stalls(0, 0.0, 0.0)
+    assert isinstance(stats.stalls(steps, None, gap_ms=gaps).outside_ms, float)  # a record's JSON says 0.0, as for a stall
