@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, copy_sources, micro_params
+from tests.integration.test_faults import ENDS_WITHIN_S
 from tests.integration.test_pipeline import COPY, _processes_in, start_training
 
 pytestmark = pytest.mark.integration  # each test runs `dvc`, and torch in its stages: seconds each
@@ -174,8 +175,9 @@ def training(lab: Path, steps: int) -> tuple[subprocess.Popen, dict]:
     return start_training(lab, env_of(lab)), data
 
 
-def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Path) -> None:
-    """README: 'Killing only the dvc process stops the stage within a second, and nothing is written after.'"""
+def test_killing_dvc_names_the_cause_and_the_stage_ends_within_three_seconds(lab: Path) -> None:
+    """README: 'Killing `dvc` alone stops its stage within three seconds, naming the cause' (and nothing is written
+    after)."""
     proc, _ = training(lab, 100_000)
     try:
         assert proc.stdout is not None
@@ -193,7 +195,7 @@ def test_killing_dvc_names_the_cause_and_the_stage_ends_within_a_second(lab: Pat
         assert "stopped because the process that started it (" in out, out
         assert ") died at step " in out or ") died before its first step; nothing recorded" in out, out
         assert "Traceback" not in out and "by the user" not in out, out
-        assert took < 1.0, f"the stage took {took:.2f} s to end"
+        assert took < ENDS_WITHIN_S, f"the stage took {took:.2f} s to end"
         assert not (lab / "checkpoints/model.pt").exists() and not (lab / "metrics/train.json").exists()
     finally:
         for pid in _processes_in(lab, "stages.train"):
@@ -335,7 +337,7 @@ def test_dvc_exp_runs_with_temp_go_side_by_side_each_with_its_own_params(lab: Pa
 
 def test_a_stage_whose_params_yaml_changed_while_it_ran_records_nothing(lab: Path) -> None:
     """The first of two runs: its stage read one params.yaml and DVC would file its result under another."""
-    proc, data = training(lab, 40)
+    proc, data = training(lab, 400)  # long enough that the change lands before it ends, however loaded the machine
     try:
         data["precision"] = "bf16"  # what a second `dvc exp run -S precision=bf16` writes
         set_params(lab, data)

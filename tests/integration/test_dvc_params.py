@@ -26,11 +26,11 @@ def test_the_search_and_ttl_stages_list_exactly_what_they_read(workdir: Path) ->
     # The first evaluation well before the budget on every seed, however loaded the machine: a reference without a
     # target leaves ttl@muon nothing to train, and so nothing to read (CI at ea5843f: evaluations at steps 3 and 6,
     # budget 0.75 of the mean time, and one seed's step 3 came after it).
-    data["ttl"].update(reference="fp32_baseline", steps=8, eval_every=2, warmup_steps=1, budget_fraction=0.9, seeds=[1, 2],
+    data["ttl"].update(reference="fp32_baseline", steps=8, eval_every=2, warmup_steps=2, budget_fraction=0.9, seeds=[1, 2],
                        sweep_lrs=[0.002], sweep_warmup_steps=[1], variants={"muon": {"optimizer": "muon"}})
     (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     reads = workdir / "param-reads"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_PARAM_READS": str(reads)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_PARAM_READS": str(reads), "BENCHLAB_LOCK_DIR": str(workdir)}
 
     def run(stage: str, module: str, *args: str) -> None:
         proc = subprocess.run([sys.executable, "-m", module, *args], cwd=workdir, capture_output=True, text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchlab.core import locks
+from benchlab.core import locks, parent_watch
 from tests.conftest import micro_params
 from tests.unit.test_faults import CPU, _hold_lock_in_another_process, lock_dir  # noqa: F401  (lock_dir: a fixture)
 
@@ -95,7 +95,10 @@ child.wait()
 KILL_AFTER_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
-ENDS_WITHIN_S = 2.0
+# The README's "within three seconds": the watcher's poll, its grace before it ends the process itself (a stage in
+# native code, such as prepare's tokenizer, cannot run its signal handler), and 1.5 s for a process with torch loaded
+# to exit on two busy cores.
+ENDS_WITHIN_S = parent_watch.POLL_S + parent_watch.GRACE_S + 1.5
 
 
 # What each stage is run as, the stage's name in DVC_STAGE, its outputs, and the params that keep it running past
@@ -180,7 +183,7 @@ def _kill_dvc_during(lab: Path, stage: str, dvc_stage: str, after_s: float) -> t
 @pytest.mark.integration
 @pytest.mark.parametrize("after_s", KILL_AFTER_S)
 @pytest.mark.parametrize("name", STAGES)
-def test_a_stage_ends_within_two_seconds_of_its_parent_s_death_and_writes_nothing_after(
+def test_a_stage_ends_within_three_seconds_of_its_parent_s_death_and_writes_nothing_after(
         tmp_path: Path, prepared: Path, name: str, after_s: float) -> None:
     stage, dvc_stage, outputs, overrides = STAGES[name]
     lab = _lab(tmp_path, prepared, overrides)

@@ -4,8 +4,8 @@ ranks are launched is tested in tests/unit/test_launch.py."""
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,15 +16,21 @@ from tests.conftest import ROOT, micro_params
 
 
 def probe_repeats(set_attr: Callable, set_env: Callable) -> None:
-    """Two repeats of 0.5 s that write to the shared stdout themselves, under a deadline a third would pass."""
+    """Two repeats of 0.5 s that write to the shared stdout themselves, under a deadline a third would pass. The
+    repeats take their 0.5 s on a clock of the test's own, which launch reads: a real sleep on a loaded machine
+    overshoots, and the line's "(0.5 s)" or the deadline's verdict would change with it."""
+    clock = SimpleNamespace(now=1_000_000.0)
+    clock.time = clock.perf_counter = lambda: clock.now
+
     def repeat(args: list[str], **kwargs: object) -> Measurement:
         os.write(1, b"child\n")
-        time.sleep(0.5)
+        clock.now += 0.5
         return Measurement(status="ok")
 
     set_attr(launch, "repeat_in_fresh_process", repeat)
+    set_attr(launch, "time", clock)
     p = parse_params(micro_params(bench__repeats=3))
-    set_env("BENCHLAB_DEADLINE", str(time.time() + 1.25))
+    set_env("BENCHLAB_DEADLINE", str(clock.now + 1.25))
     launch.run_repeats(p, "recipe", "d", ["x"])
     os.write(1, b"end\n")
 

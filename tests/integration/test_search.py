@@ -25,7 +25,9 @@ def test_the_stage_searches_records_and_resumes(workdir: Path) -> None:
     data["search"] = {"start": "fp32_baseline", "budget_s": 600, "screen_steps": 2, "max_candidates": 3, "confirm": 1,
                       "repeats": 1, "lean_floor": 0.5}
     (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # A lock of this test's own: the start's screening run, which sizes the budget, is timed from before it takes the
+    # device lock, and the other xdist worker's stages would otherwise hold the machine-wide one meanwhile.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCHLAB_LOCK_DIR": str(workdir)}
     run = lambda *args, stage="": subprocess.run([sys.executable, "-m", *args], cwd=workdir, capture_output=True,  # noqa: E731
                                                  text=True, env={**env, "DVC_STAGE": stage})
     assert run("stages.prepare", "prep", stage="prepare").returncode == 0
