@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchlab.core import files
+from benchlab.core import files, parent_watch
 from benchlab.core.params import Params, parse_params
 from benchlab.core.sections import DataParams
 from benchlab.prep.corpus import prepare
@@ -66,6 +66,16 @@ FIRST = ("tests/integration/test_pipeline.py::",)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: the order within each part stays
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_lifeline_in_pytest() -> None:
+    """A test that calls run_main in this process would arm the lifeline's process-wide parts here once: Linux's
+    parent-death signal and the watcher thread. That thread then polls process_chain.orphaned every half second
+    for the rest of the session, so a later test's stand-in saying "orphaned" made it SIGTERM and end the pytest
+    worker (CI at fb6e08d: "worker 'gw1' crashed" in test_parent_watch). Marked armed already, this process never
+    arms them; tests/unit/test_parent_watch.py's `arming` fixture clears the mark where it tests the arming."""
+    parent_watch._state["started"] = True
 
 
 @pytest.fixture(autouse=True)
