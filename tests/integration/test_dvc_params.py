@@ -23,9 +23,10 @@ def test_the_search_and_ttl_stages_list_exactly_what_they_read(workdir: Path) ->
     data["search"] = {"start": "fp32_baseline", "budget_s": 600, "screen_steps": 2, "max_candidates": 2, "confirm": 1,
                       "repeats": 1, "lean_floor": 0.5}
     data["python_corpus"]["bytes"] = 20_000
-    # The first evaluation well before the budget on every seed, however loaded the machine: a reference without a
-    # target leaves ttl@muon nothing to train, and so nothing to read (CI at ea5843f: evaluations at steps 3 and 6,
-    # budget 0.75 of the mean time, and one seed's step 3 came after it).
+    # The first evaluation before the budget on every seed, however loaded the machine: a reference without a target
+    # leaves ttl@muon nothing to train, and so nothing to read (CI at ea5843f: evaluations at steps 3 and 6, budget
+    # 0.75 of the mean time, and one seed's step 3 came after it). Each warm-up step counts as the median step m, so
+    # the first evaluation is at 2m and the budget at least 0.9 x (2m + 3m) / 2 = 2.25m (run/ttl.py, training_clock).
     data["ttl"].update(reference="fp32_baseline", steps=8, eval_every=2, warmup_steps=2, budget_fraction=0.9, seeds=[1, 2],
                        sweep_lrs=[0.002], sweep_warmup_steps=[1], variants={"muon": {"optimizer": "muon"}})
     (workdir / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

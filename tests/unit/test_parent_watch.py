@@ -453,10 +453,12 @@ def test_arming_early_hands_the_stage_s_pid_to_what_it_starts(state: dict, armin
     assert state["before_work"] is False  # run_main: the stage's work begins, a stop now raises into it
 
 
-def test_a_stage_run_inside_pytest_leaves_no_watcher_behind() -> None:
+def test_a_stage_run_inside_pytest_leaves_no_watcher_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tests/conftest.py keeps the lifeline's watcher out of pytest's processes: left running, it read the stand-ins
     these tests put in place of process_chain.orphaned and ended the worker."""
     from benchlab.core.stage_main import run_main
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # run_main sets them where unset; put back after
+        monkeypatch.setenv(name, str(tmp_path))
     run_main(lambda argv: None, [])
     assert "lifeline" not in [t.name for t in threading.enumerate()]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # finish() put the default back
